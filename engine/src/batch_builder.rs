@@ -1,0 +1,66 @@
+use std::collections::HashMap;
+
+use entrobatch_model_runner::{ForwardBatch, SeqSpan};
+use entrobatch_scheduler::{SchedulerOutput, SeqId};
+
+use crate::request_state::RequestState;
+use crate::strategy::SpanPlan;
+
+/// Where one sequence's results sit in the forward's output.
+pub struct SpanResult {
+    pub seq_id: SeqId,
+    pub span_index: usize,
+    /// Indices into the forward's logits rows, in the order the strategy asked for them.
+    pub logits_indices: Vec<usize>,
+}
+
+/// Packs the scheduler's plan and each strategy's scratch rows into the model runner's
+/// varlen batch: the one place where the scheduler's and the runner's vocabularies meet.
+pub fn build_batch(
+    plan: &SchedulerOutput,
+    requests: &mut HashMap<SeqId, RequestState>,
+) -> (ForwardBatch, Vec<SpanResult>) {
+    let mut batch = ForwardBatch::default();
+    let mut results = Vec::with_capacity(plan.scheduled.len());
+    for scheduled in &plan.scheduled {
+        let Some(state) = requests.get_mut(&scheduled.seq_id) else { continue };
+        let span_plan = SpanPlan {
+            context_len: scheduled.context_len,
+            token_ids: &scheduled.token_ids,
+            scratch_rows: scheduled.scratch_rows,
+            needs_sample: scheduled.needs_sample,
+        };
+        let scratch = state.strategy.scratch_rows(&span_plan);
+        let query_len = scheduled.token_ids.len() + scratch.len();
+        if query_len == 0 {
+            continue;
+        }
+        let query_start = batch.input_ids.len();
+        batch.input_ids.extend_from_slice(&scheduled.token_ids);
+        batch.positions.extend(
+            (scheduled.context_len..scheduled.context_len + scheduled.token_ids.len()).map(|p| p as u32),
+        );
+        batch.slot_mapping.extend_from_slice(&scheduled.slot_mapping);
+        for row in &scratch {
+            batch.input_ids.push(row.token_id);
+            batch.positions.push(row.position);
+            batch.slot_mapping.push(-1);
+        }
+        let local_rows = state.strategy.logits_rows(&span_plan, scratch.len());
+        let mut logits_indices = Vec::with_capacity(local_rows.len());
+        for row in local_rows.into_iter().filter(|&r| r < query_len) {
+            logits_indices.push(batch.logits_rows.len());
+            batch.logits_rows.push(query_start + row);
+        }
+        let want_attn_metrics = state.strategy.wants_attn_metrics() && !logits_indices.is_empty();
+        results.push(SpanResult { seq_id: scheduled.seq_id, span_index: batch.seqs.len(), logits_indices });
+        batch.seqs.push(SeqSpan {
+            query_start,
+            query_len,
+            context_len: scheduled.context_len,
+            block_table: scheduled.block_table.clone(),
+            want_attn_metrics,
+        });
+    }
+    (batch, results)
+}

@@ -1,0 +1,41 @@
+use std::path::PathBuf;
+
+use entrobatch_model_runner::MatmulMode;
+
+/// Everything `Engine::start` needs; defaults suit a 2-core CPU and a sub-1B model.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub model_path: PathBuf,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// Memory for the paged KV cache; the block count follows from it and the model shape.
+    pub kv_cache_bytes: usize,
+    /// Overrides `kv_cache_bytes` with an exact block count (tests force preemption with it).
+    pub num_blocks: Option<usize>,
+    /// The one token budget per step shared by prefill chunks and decodes.
+    pub max_num_batched_tokens: usize,
+    pub max_num_seqs: usize,
+    /// Context limit; `None` takes the model's own.
+    pub max_model_len: Option<usize>,
+    pub enable_prefix_caching: bool,
+    pub matmul_mode: MatmulMode,
+    /// Requests admitted but not yet finished beyond which `submit` answers `QueueFull`.
+    pub max_queued_requests: usize,
+}
+
+impl EngineConfig {
+    pub fn new(model_path: impl Into<PathBuf>) -> Self {
+        Self {
+            model_path: model_path.into(),
+            block_size: 16,
+            kv_cache_bytes: 1 << 30,
+            num_blocks: None,
+            max_num_batched_tokens: 512,
+            max_num_seqs: 64,
+            max_model_len: None,
+            enable_prefix_caching: true,
+            matmul_mode: MatmulMode::default(),
+            max_queued_requests: 4096,
+        }
+    }
+}

@@ -1,0 +1,72 @@
+use serde::{Deserialize, Serialize};
+
+pub type RequestId = u64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinishReason {
+    Stop,
+    Length,
+    Abort,
+    Error,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Length => "length",
+            Self::Abort => "abort",
+            Self::Error => "error",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TokenLogprob {
+    pub token_id: u32,
+    pub logprob: f32,
+    pub top_logprobs: Vec<(u32, f32)>,
+}
+
+/// Uncertainty of the distribution a token was drawn from, and what the strategy did.
+/// Logit entropy is in bits (the entropix convention); MTI triggers on nats internally.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TokenMetrics {
+    pub entropy: f32,
+    pub varentropy: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention: Option<entrobatch_model_runner::AttnMetrics>,
+    /// The entropix branch taken.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// Whether MTI guidance fired for this token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guided: Option<bool>,
+}
+
+/// One generated token and what the sampler knew about it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GeneratedToken {
+    pub token_id: u32,
+    pub logprob: Option<TokenLogprob>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<TokenMetrics>,
+}
+
+/// What a request's stream carries, in order: any number of `Tokens`, then one `Finished`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Event {
+    Tokens {
+        tokens: Vec<GeneratedToken>,
+        /// Text delta, decoded incrementally; never splits a UTF-8 character.
+        text: String,
+    },
+    Finished {
+        reason: FinishReason,
+        prompt_tokens: usize,
+        completion_tokens: usize,
+        /// Why the request failed, for `FinishReason::Error`.
+        error: Option<String>,
+    },
+}

@@ -1,0 +1,149 @@
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crossbeam_channel::Sender;
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::engine_loop::Command;
+use crate::event::{Event, FinishReason, GeneratedToken, RequestId};
+
+/// A submitted request's output: a stream of events usable from sync code (`Iterator`,
+/// blocking) or async code (`Stream`). Dropping it aborts the request.
+pub struct RequestHandle {
+    pub id: RequestId,
+    pub prompt_token_ids: Vec<u32>,
+    events: UnboundedReceiver<Event>,
+    commands: Sender<Command>,
+    finished: bool,
+}
+
+/// A request's complete output, as `generate` and the CLI's `--json` report it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GenerationOutput {
+    pub id: RequestId,
+    pub prompt_token_ids: Vec<u32>,
+    pub token_ids: Vec<u32>,
+    pub tokens: Vec<GeneratedToken>,
+    pub text: String,
+    pub finish_reason: FinishReason,
+    pub error: Option<String>,
+}
+
+impl RequestHandle {
+    pub(crate) fn new(
+        id: RequestId,
+        prompt_token_ids: Vec<u32>,
+        events: UnboundedReceiver<Event>,
+        commands: Sender<Command>,
+    ) -> Self {
+        Self { id, prompt_token_ids, events, commands, finished: false }
+    }
+
+    /// Asks the engine to stop this request; its blocks are freed on the next loop turn and
+    /// the stream ends with `FinishReason::Abort`.
+    pub fn abort(&self) {
+        let _ = self.commands.send(Command::Abort(self.id));
+    }
+
+    /// Blocks for the next event (sync code only; inside a tokio runtime use the Stream).
+    pub fn next_blocking(&mut self) -> Option<Event> {
+        if self.finished {
+            return None;
+        }
+        let event = self.events.blocking_recv();
+        self.note(&event);
+        event
+    }
+
+    pub async fn next_async(&mut self) -> Option<Event> {
+        if self.finished {
+            return None;
+        }
+        let event = self.events.recv().await;
+        self.note(&event);
+        event
+    }
+
+    /// Drains the stream into one output (blocking).
+    pub fn collect_blocking(mut self) -> GenerationOutput {
+        let mut output = self.empty_output();
+        while let Some(event) = self.next_blocking() {
+            output.absorb(event);
+        }
+        output
+    }
+
+    pub async fn collect_async(mut self) -> GenerationOutput {
+        let mut output = self.empty_output();
+        while let Some(event) = self.next_async().await {
+            output.absorb(event);
+        }
+        output
+    }
+
+    fn empty_output(&self) -> GenerationOutput {
+        GenerationOutput {
+            id: self.id,
+            prompt_token_ids: self.prompt_token_ids.clone(),
+            token_ids: Vec::new(),
+            tokens: Vec::new(),
+            text: String::new(),
+            finish_reason: FinishReason::Error,
+            error: Some("the engine stopped before the request finished".into()),
+        }
+    }
+
+    fn note(&mut self, event: &Option<Event>) {
+        if matches!(event, None | Some(Event::Finished { .. })) {
+            self.finished = true;
+        }
+    }
+}
+
+impl GenerationOutput {
+    fn absorb(&mut self, event: Event) {
+        match event {
+            Event::Tokens { tokens, text } => {
+                self.token_ids.extend(tokens.iter().map(|t| t.token_id));
+                self.tokens.extend(tokens);
+                self.text.push_str(&text);
+            }
+            Event::Finished { reason, error, .. } => {
+                self.finish_reason = reason;
+                self.error = error;
+            }
+        }
+    }
+}
+
+impl Iterator for RequestHandle {
+    type Item = Event;
+    fn next(&mut self) -> Option<Event> {
+        self.next_blocking()
+    }
+}
+
+impl Stream for RequestHandle {
+    type Item = Event;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        if self.finished {
+            return Poll::Ready(None);
+        }
+        let polled = self.events.poll_recv(cx);
+        if let Poll::Ready(event) = &polled {
+            let event = event.clone();
+            self.note(&event);
+        }
+        polled
+    }
+}
+
+impl Drop for RequestHandle {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.abort();
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! The embeddable entrobatch engine: submit requests, stream their tokens, abort them.
+//!
+//! ```no_run
+//! use entrobatch_engine::{Engine, EngineConfig, GenerationParams, Prompt, Request};
+//! let engine = Engine::start(EngineConfig::new("models/SmolLM2-135M-Instruct.Q4_1.gguf"))?;
+//! let handle = engine.submit(Request::new(Prompt::Text("Once upon".into()), GenerationParams::default()))?;
+//! for event in handle { println!("{event:?}"); }
+//! # Ok::<(), entrobatch_engine::EngineError>(())
+//! ```
+
+mod batch_builder;
+pub mod config;
+pub mod detokenizer;
+pub mod engine;
+mod engine_loop;
+pub mod error;
+pub mod event;
+pub mod handle;
+pub mod metrics;
+pub mod request;
+mod request_state;
+pub mod stop_checker;
+pub mod strategy;
+
+pub use config::EngineConfig;
+pub use engine::{Engine, EngineInfo, ShutdownMode};
+pub use entrobatch_model_runner::{ChatMessage, MatmulMode};
+pub use entrobatch_sampler::SamplingParams;
+pub use error::{EngineError, Result};
+pub use event::{Event, FinishReason, GeneratedToken, RequestId, TokenLogprob, TokenMetrics};
+pub use strategy::Decoding;
+pub use handle::{GenerationOutput, RequestHandle};
+pub use metrics::EngineMetrics;
+pub use request::{GenerationParams, Prompt, Request};

@@ -1,0 +1,108 @@
+//! Per-sequence decoding strategies. Each live request owns one `SequenceStrategy`; the
+//! engine loop asks it which extra rows its sequence adds to the next forward, which rows
+//! need logits, and what to do with them. Plain, entropix, MTI and WeDLM differ only here.
+
+mod plain;
+
+use entrobatch_model_runner::AttnMetrics;
+use entrobatch_sampler::SamplingParams;
+use serde::{Deserialize, Serialize};
+
+use crate::event::GeneratedToken;
+pub use plain::PlainStrategy;
+
+/// The decoding strategy a request asks for, with its parameters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "strategy", rename_all = "lowercase")]
+pub enum Decoding {
+    #[default]
+    Plain,
+}
+
+/// A row this sequence adds to the forward after its scheduled token rows, inside its own
+/// span: it attends to the context and causally to the rows before it, and its K/V is
+/// never persisted (slot -1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScratchRow {
+    pub token_id: u32,
+    pub position: u32,
+}
+
+/// What the engine knows about a sequence when it builds its span.
+pub struct SpanPlan<'a> {
+    /// Tokens whose K/V is already cached.
+    pub context_len: usize,
+    /// The scheduled token rows (prefill chunk, decode token, committed WeDLM tokens).
+    pub token_ids: &'a [u32],
+    /// Scratch rows the scheduler granted this step.
+    pub scratch_rows: usize,
+    /// The scheduled rows complete the sequence's known tokens, so its last row may sample.
+    pub needs_sample: bool,
+}
+
+/// The forward's results for one sequence's span.
+pub struct StrategyInput<'a> {
+    /// Logits of the rows `logits_rows` asked for, in that order.
+    pub logits: Vec<&'a [f32]>,
+    pub attn_metrics: Option<AttnMetrics>,
+    pub prompt_token_ids: &'a [u32],
+    pub output_token_ids: &'a [u32],
+    pub sampling: &'a SamplingParams,
+    pub seed: u64,
+    /// The request asked for per-token metrics.
+    pub return_metrics: bool,
+}
+
+/// What a strategy decided this step.
+#[derive(Debug, Default)]
+pub struct StrategyOutput {
+    /// Tokens to append to the sequence, in order (zero, one, or a WeDLM commit run).
+    pub tokens: Vec<GeneratedToken>,
+    /// Scratch rows to schedule for this sequence next step.
+    pub next_scratch_rows: usize,
+}
+
+pub trait SequenceStrategy: Send {
+    /// Extra rows after the scheduled token rows of this step's span.
+    fn scratch_rows(&mut self, _plan: &SpanPlan<'_>) -> Vec<ScratchRow> {
+        Vec::new()
+    }
+
+    fn wants_attn_metrics(&self) -> bool {
+        false
+    }
+
+    /// Rows of the span (token rows then scratch rows, 0-based) whose logits `process` needs.
+    fn logits_rows(&self, plan: &SpanPlan<'_>, num_scratch: usize) -> Vec<usize> {
+        let _ = num_scratch;
+        if plan.needs_sample && !plan.token_ids.is_empty() {
+            vec![plan.token_ids.len() - 1]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn process(&mut self, input: StrategyInput<'_>) -> Result<StrategyOutput, String>;
+
+    /// The sequence was preempted: drop state tied to its KV (a WeDLM window, pending MTI rows).
+    fn on_preempted(&mut self) {}
+
+    /// Strategy statistics for the request's final report (e.g. MTI trigger rate).
+    fn summary(&self) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+/// Context a strategy may need at creation (tokenizer lookups such as a pause token).
+pub struct StrategyContext<'a> {
+    pub tokenizer: &'a entrobatch_model_runner::GgufTokenizer,
+}
+
+pub fn build_strategy(
+    decoding: &Decoding,
+    _ctx: &StrategyContext<'_>,
+) -> Result<Box<dyn SequenceStrategy>, String> {
+    match decoding {
+        Decoding::Plain => Ok(Box::new(PlainStrategy::default())),
+    }
+}

@@ -1,0 +1,28 @@
+//! Model execution for entrobatch: GGUF llama/qwen2 models run one packed varlen batch per
+//! step over a paged KV cache, plus the tokenizer defined in the GGUF metadata.
+
+pub mod attention;
+pub mod attention_exact;
+pub mod batch;
+pub mod config;
+pub mod error;
+pub mod kv_cache;
+pub mod linear;
+pub mod metrics;
+pub mod model;
+pub mod rope;
+pub mod runner;
+
+pub use batch::{ForwardBatch, SeqSpan};
+pub use config::{Architecture, ModelConfig};
+pub use error::{ModelError, Result};
+pub use kv_cache::KvCache;
+pub use linear::MatmulMode;
+pub use metrics::AttnMetrics;
+pub use model::{ForwardOutput, Model};
+pub use runner::{load_gguf, ModelRunner};
+pub use tokenizer::GgufTokenizer;
+pub use chat_template::{ChatMessage, ChatTemplate};
+pub mod tokenizer;
+pub mod chat_template;
+pub mod testing;

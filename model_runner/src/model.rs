@@ -1,0 +1,176 @@
+use std::io::{Read, Seek};
+
+use candle_core::quantized::gguf_file;
+use candle_core::{DType, Device, Tensor};
+
+use crate::attention::{paged_attention, AttentionShape, StepQkv};
+use crate::attention_exact::exact_attention;
+use crate::batch::ForwardBatch;
+use crate::config::ModelConfig;
+use crate::error::{ModelError, Result};
+use crate::kv_cache::KvCache;
+use crate::linear::{Linear, MatmulMode};
+use crate::metrics::AttnMetrics;
+use crate::rope::Rope;
+
+struct Layer {
+    attn_norm: Tensor,
+    wq: Linear,
+    wk: Linear,
+    wv: Linear,
+    wo: Linear,
+    ffn_norm: Tensor,
+    w_gate: Linear,
+    w_up: Linear,
+    w_down: Linear,
+}
+
+/// A decoder-only transformer (llama / qwen2 family) whose forward takes a packed varlen batch
+/// with per-row positions and slot mapping, instead of candle-transformers' one-sequence,
+/// one-position `forward(x, index_pos)` with its cache inside the model.
+pub struct Model {
+    config: ModelConfig,
+    embedding: Tensor,
+    layers: Vec<Layer>,
+    final_norm: Tensor,
+    lm_head: Linear,
+    rope: Rope,
+    device: Device,
+    /// Mirror candle-transformers' attention ops (see `attention_exact`) instead of the fused kernel.
+    exact_attention: bool,
+}
+
+/// Logits of the requested rows plus attention metrics for the spans that asked.
+pub struct ForwardOutput {
+    /// `[logits_rows.len(), vocab]`, row-major.
+    pub logits: Vec<f32>,
+    pub vocab_size: usize,
+    pub attn_metrics: Vec<Option<AttnMetrics>>,
+}
+
+impl ForwardOutput {
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.logits[i * self.vocab_size..(i + 1) * self.vocab_size]
+    }
+}
+
+impl Model {
+    pub fn from_gguf<R: Read + Seek>(
+        content: &gguf_file::Content,
+        reader: &mut R,
+        mode: MatmulMode,
+    ) -> Result<Self> {
+        let device = Device::Cpu;
+        let config = ModelConfig::from_gguf(content)?;
+        let mut tensor = |name: &str| {
+            content.tensor(reader, name, &device).map_err(|e| ModelError::Load {
+                path: name.to_string(),
+                message: e.to_string(),
+            })
+        };
+        let embedding_q = tensor("token_embd.weight")?;
+        let embedding = embedding_q.dequantize(&device)?;
+        let final_norm = tensor("output_norm.weight")?.dequantize(&device)?;
+        let lm_head_weight = match tensor("output.weight") {
+            Ok(w) => w,
+            Err(_) => embedding_q,
+        };
+        let lm_head = Linear::new(lm_head_weight, None, mode)?;
+        let mut layers = Vec::with_capacity(config.num_layers);
+        for l in 0..config.num_layers {
+            let p = format!("blk.{l}");
+            let mut bias = |name: &str| -> Result<Option<Tensor>> {
+                if config.qkv_bias {
+                    Ok(Some(tensor(&format!("{p}.{name}.bias"))?.dequantize(&device)?))
+                } else {
+                    Ok(None)
+                }
+            };
+            let (bq, bk, bv) = (bias("attn_q")?, bias("attn_k")?, bias("attn_v")?);
+            layers.push(Layer {
+                attn_norm: tensor(&format!("{p}.attn_norm.weight"))?.dequantize(&device)?,
+                wq: Linear::new(tensor(&format!("{p}.attn_q.weight"))?, bq, mode)?,
+                wk: Linear::new(tensor(&format!("{p}.attn_k.weight"))?, bk, mode)?,
+                wv: Linear::new(tensor(&format!("{p}.attn_v.weight"))?, bv, mode)?,
+                wo: Linear::new(tensor(&format!("{p}.attn_output.weight"))?, None, mode)?,
+                ffn_norm: tensor(&format!("{p}.ffn_norm.weight"))?.dequantize(&device)?,
+                w_gate: Linear::new(tensor(&format!("{p}.ffn_gate.weight"))?, None, mode)?,
+                w_up: Linear::new(tensor(&format!("{p}.ffn_up.weight"))?, None, mode)?,
+                w_down: Linear::new(tensor(&format!("{p}.ffn_down.weight"))?, None, mode)?,
+            });
+        }
+        let rope = Rope::new(
+            config.head_dim,
+            config.rope_theta,
+            config.max_position_embeddings,
+            config.rope_interleaved,
+        );
+        let exact_attention = mode == MatmulMode::Quantized;
+        Ok(Self { config, embedding, layers, final_norm, lm_head, rope, device, exact_attention })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn forward(&self, batch: &ForwardBatch, cache: &mut KvCache) -> Result<ForwardOutput> {
+        batch.validate(self.config.vocab_size, cache.num_slots(), cache.block_size())?;
+        if let Some(&p) = batch.positions.iter().find(|&&p| p as usize >= self.rope.max_positions()) {
+            return Err(ModelError::InvalidBatch(format!(
+                "position {p} beyond the model's {} positions",
+                self.rope.max_positions()
+            )));
+        }
+        let cfg = &self.config;
+        let rows = batch.num_rows();
+        let eps = cfg.rms_norm_eps;
+        let shape = AttentionShape {
+            num_heads: cfg.num_heads,
+            num_kv_heads: cfg.num_kv_heads,
+            head_dim: cfg.head_dim,
+            block_size: cache.block_size(),
+        };
+        let ids = Tensor::new(batch.input_ids.as_slice(), &self.device)?;
+        let mut x = self.embedding.index_select(&ids, 0)?;
+        let mut attn_metrics = vec![None; batch.seqs.len()];
+        let last_layer = self.layers.len().saturating_sub(1);
+        for (l, layer) in self.layers.iter().enumerate() {
+            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
+            let mut q = to_vec(&layer.wq.forward(&h)?)?;
+            let mut k = to_vec(&layer.wk.forward(&h)?)?;
+            let v = to_vec(&layer.wv.forward(&h)?)?;
+            self.rope.apply(&mut q, cfg.num_heads, &batch.positions);
+            self.rope.apply(&mut k, cfg.num_kv_heads, &batch.positions);
+            cache.store(l, &batch.slot_mapping, &k, &v);
+            let qkv = StepQkv { q: &q, k: &k, v: &v };
+            let (attn, metrics) = if self.exact_attention {
+                exact_attention(shape, &qkv, cache.layer(l), &batch.seqs, l == last_layer)?
+            } else {
+                paged_attention(shape, &qkv, cache.layer(l), &batch.seqs, l == last_layer)
+            };
+            if l == last_layer {
+                attn_metrics = metrics;
+            }
+            let attn = Tensor::from_vec(attn, (rows, cfg.num_heads * cfg.head_dim), &self.device)?;
+            x = (x + layer.wo.forward(&attn)?)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
+            let gate = candle_nn::ops::silu(&layer.w_gate.forward(&h)?)?;
+            let up = layer.w_up.forward(&h)?;
+            x = (x + layer.w_down.forward(&(gate * up)?)?)?;
+        }
+        let logits = if batch.logits_rows.is_empty() {
+            Vec::new()
+        } else {
+            let idx: Vec<u32> = batch.logits_rows.iter().map(|&r| r as u32).collect();
+            let idx = Tensor::new(idx.as_slice(), &self.device)?;
+            let h = x.index_select(&idx, 0)?;
+            let h = candle_nn::ops::rms_norm(&h, &self.final_norm, eps)?;
+            to_vec(&self.lm_head.forward(&h)?)?
+        };
+        Ok(ForwardOutput { logits, vocab_size: cfg.vocab_size, attn_metrics })
+    }
+}
+
+fn to_vec(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
+}

@@ -1,0 +1,50 @@
+use std::fs::File;
+use std::path::Path;
+
+use candle_core::quantized::gguf_file;
+
+use crate::batch::ForwardBatch;
+use crate::error::{ModelError, Result};
+use crate::kv_cache::KvCache;
+use crate::linear::MatmulMode;
+use crate::model::{ForwardOutput, Model};
+use crate::tokenizer::GgufTokenizer;
+
+/// Reads a GGUF file once for both the weights and the tokenizer defined in its metadata.
+pub fn load_gguf(path: &Path, mode: MatmulMode) -> Result<(Model, GgufTokenizer)> {
+    let load_err = |message: String| ModelError::Load { path: path.display().to_string(), message };
+    let mut file = File::open(path).map_err(|e| load_err(e.to_string()))?;
+    let content = gguf_file::Content::read(&mut file)
+        .map_err(|e| load_err(format!("not a readable GGUF file ({e})")))?;
+    let tokenizer = GgufTokenizer::from_gguf(&content)?;
+    let model = Model::from_gguf(&content, &mut file, mode).map_err(|e| match e {
+        ModelError::Candle(c) => load_err(format!("corrupt or truncated tensor data ({c})")),
+        other => other,
+    })?;
+    Ok((model, tokenizer))
+}
+
+/// Executes one packed batch per engine step against the paged KV cache it owns.
+pub struct ModelRunner {
+    model: Model,
+    cache: KvCache,
+}
+
+impl ModelRunner {
+    pub fn new(model: Model, num_blocks: usize, block_size: usize) -> Result<Self> {
+        let cache = KvCache::new(model.config(), num_blocks, block_size)?;
+        Ok(Self { model, cache })
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn cache(&self) -> &KvCache {
+        &self.cache
+    }
+
+    pub fn execute(&mut self, batch: &ForwardBatch) -> Result<ForwardOutput> {
+        self.model.forward(batch, &mut self.cache)
+    }
+}

@@ -1,0 +1,173 @@
+//! Temperature, min-p, top-k and top-p, then an inverse-CDF draw.
+//!
+//! Chain order (vLLM v1): temperature -> min_p -> top_k -> top_p -> draw.
+//! - min_p first: it is a per-token threshold relative to the maximum, so it
+//!   prunes the vocab in the same pass that builds the candidates, and it gives
+//!   the same result before or after top_k (both keep a head of the ranking).
+//! - top_p last: its mass is measured on what min_p and top_k kept,
+//!   renormalised, so it composes as "nucleus of the already-truncated head".
+//!
+//! Nothing vocab-sized is ever sorted: top_k uses `select_nth_unstable_by` and
+//! top_p a log-scale histogram (see `nucleus.rs`).
+
+use std::cmp::Ordering;
+
+use crate::nucleus::keep_nucleus;
+use crate::params::SamplingParams;
+
+/// The draw-shaping subset of `SamplingParams`, reusable by other strategies.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FilterConfig {
+    pub temperature: f32,
+    pub top_k: usize,
+    pub top_p: f32,
+    pub min_p: f32,
+}
+
+impl From<&SamplingParams> for FilterConfig {
+    fn from(p: &SamplingParams) -> Self {
+        FilterConfig {
+            temperature: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
+        }
+    }
+}
+
+/// Index of the largest logit; ties go to the lowest index. NaN never wins.
+/// Returns 0 for an empty or fully masked row.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = (0usize, f32::NEG_INFINITY);
+    for (i, &l) in logits.iter().enumerate() {
+        if l > best.1 {
+            best = (i, l);
+        }
+    }
+    best.0 as u32
+}
+
+/// Draws a token from already-penalised `logits` (-inf = banned) using the
+/// caller's `uniform` in [0, 1). Temperature <= 0 (or NaN) means argmax.
+pub fn sample_filtered(logits: &[f32], cfg: &FilterConfig, uniform: f64) -> u32 {
+    // partial_cmp rather than `<= 0.0` so that a NaN temperature also means argmax.
+    if cfg.temperature.partial_cmp(&0.0) != Some(Ordering::Greater) {
+        return argmax(logits);
+    }
+    let mut cands = candidates(logits, cfg.temperature, cfg.min_p);
+    if cands.is_empty() {
+        return argmax(logits);
+    }
+    keep_top_k(&mut cands, cfg.top_k);
+    if cfg.top_p < 1.0 {
+        keep_nucleus(&mut cands, cfg.top_p);
+    }
+    draw(&cands, uniform)
+}
+
+/// A surviving token and its unnormalised probability `exp((l - max) / T)`,
+/// which is 1 for the most likely token, so sums never underflow.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Candidate {
+    pub id: u32,
+    pub weight: f32,
+}
+
+/// Most likely first, then lowest id: a total order, so every selection and
+/// sort below has one answer whatever algorithm or thread computes it.
+pub(crate) fn by_rank(a: &Candidate, b: &Candidate) -> Ordering {
+    b.weight.total_cmp(&a.weight).then(a.id.cmp(&b.id))
+}
+
+/// Tempered weights of the tokens that pass min_p, in id order.
+fn candidates(logits: &[f32], temperature: f32, min_p: f32) -> Vec<Candidate> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        return Vec::new();
+    }
+    // p_i >= min_p * p_max  <=>  (l_i - max) / T >= ln(min_p): no softmax needed.
+    let floor = if min_p > 0.0 {
+        min_p.ln()
+    } else {
+        f32::NEG_INFINITY
+    };
+    logits
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &l)| {
+            // The maximum scores exactly 0 even if it is +inf (an overflowed
+            // penalty) or T is so small that (l - max) / T would be NaN.
+            let score = if l == max {
+                0.0
+            } else {
+                (l - max) / temperature
+            };
+            (score > f32::NEG_INFINITY && score >= floor).then(|| Candidate {
+                id: i as u32,
+                weight: score.exp(),
+            })
+        })
+        .collect()
+}
+
+/// Keeps the k most likely candidates (ties at the k-th weight: lowest ids).
+fn keep_top_k(cands: &mut Vec<Candidate>, k: usize) {
+    if k > 0 && k < cands.len() {
+        cands.select_nth_unstable_by(k - 1, by_rank);
+        cands.truncate(k);
+    }
+}
+
+/// Inverse CDF: the first candidate whose cumulative weight exceeds `u * total`.
+fn draw(cands: &[Candidate], uniform: f64) -> u32 {
+    let total: f64 = cands.iter().map(|c| f64::from(c.weight)).sum();
+    let u = if uniform > 0.0 { uniform.min(1.0) } else { 0.0 };
+    let target = u * total;
+    let mut acc = 0.0f64;
+    for c in cands {
+        acc += f64::from(c.weight);
+        if acc > target {
+            return c.id;
+        }
+    }
+    // u * total can round up to the full sum; then the last token with mass wins.
+    cands
+        .iter()
+        .rev()
+        .find(|c| c.weight > 0.0)
+        .or(cands.last())
+        .map_or(0, |c| c.id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cand(id: u32, weight: f32) -> Candidate {
+        Candidate { id, weight }
+    }
+
+    #[test]
+    fn draw_walks_the_cdf_in_candidate_order() {
+        let cands = [cand(7, 1.0), cand(3, 3.0)];
+        assert_eq!(draw(&cands, 0.0), 7);
+        assert_eq!(draw(&cands, 0.249), 7);
+        assert_eq!(draw(&cands, 0.251), 3);
+        assert_eq!(draw(&cands, 0.999_999), 3);
+        // Out-of-range uniforms are clamped rather than trusted.
+        assert_eq!(draw(&cands, 1.5), 3);
+        assert_eq!(draw(&cands, f64::NAN), 7);
+    }
+
+    #[test]
+    fn overflowed_maximum_still_wins() {
+        let cfg = FilterConfig {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+        };
+        assert_eq!(sample_filtered(&[1.0, f32::INFINITY, 2.0], &cfg, 0.9), 1);
+        assert_eq!(sample_filtered(&[f32::NEG_INFINITY; 3], &cfg, 0.5), 0);
+    }
+}

@@ -1,0 +1,140 @@
+//! One engine step: turn each row of logits into a token and its logprobs.
+
+use rayon::prelude::*;
+
+use crate::error::SamplerError;
+use crate::filter::{sample_filtered, FilterConfig};
+use crate::logprobs::Normalizer;
+use crate::params::SamplingParams;
+use crate::penalties::{apply_penalties, needs_penalties};
+use crate::rng::uniform;
+
+/// Everything needed to draw one request's next token.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleInput<'a> {
+    /// Raw logits of one row (length = vocab).
+    pub logits: &'a [f32],
+    pub params: &'a SamplingParams,
+    pub prompt_token_ids: &'a [u32],
+    /// Tokens generated so far (penalties, n-gram ban).
+    pub output_token_ids: &'a [u32],
+    /// Effective seed (the engine resolves `params.seed == None` to a random one).
+    pub seed: u64,
+    /// Index of the output token being drawn; the draw is `uniform(seed, step, 0)`.
+    pub step: u64,
+}
+
+/// The chosen token and its log-probability under the raw model distribution.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SampleOutput {
+    pub token_id: u32,
+    /// log-softmax of the raw logits at `token_id` (before bias, penalties and
+    /// temperature), like vLLM's default logprobs mode.
+    pub logprob: f32,
+    /// Top-n of the same raw log-softmax, descending; empty unless `params.logprobs` is set.
+    pub top_logprobs: Vec<(u32, f32)>,
+}
+
+/// Stateless: all randomness comes from `(seed, step)`, so one `Sampler` can
+/// serve every step. Has a private field so configuration can be added later
+/// without breaking `Sampler::new()` callers.
+#[derive(Default, Clone, Debug)]
+pub struct Sampler {
+    _private: (),
+}
+
+impl Sampler {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Samples every row of one engine step. Rows are independent (a bad row
+    /// fails alone) and run in parallel when there is more than one; results
+    /// are in row order.
+    pub fn sample(&self, rows: &[SampleInput<'_>]) -> Vec<Result<SampleOutput, SamplerError>> {
+        if rows.len() > 1 {
+            rows.par_iter().map(sample_row).collect()
+        } else {
+            rows.iter().map(sample_row).collect()
+        }
+    }
+}
+
+/// Samples a single row; what `Sampler::sample` does for each row.
+pub fn sample_row(row: &SampleInput<'_>) -> Result<SampleOutput, SamplerError> {
+    let logits = row.logits;
+    let scan = scan_logits(logits)?;
+    row.params.validate(logits.len())?;
+
+    let token_id = choose_token(row, scan.argmax)?;
+    // The maximum found while checking finiteness doubles as the softmax shift.
+    let norm = Normalizer::with_max(logits, scan.max);
+    let logprob = logits
+        .get(token_id as usize)
+        .map_or(f32::NEG_INFINITY, |&l| norm.logprob(l));
+    let top_logprobs = match row.params.logprobs {
+        Some(n) => norm.top(logits, n),
+        None => Vec::new(),
+    };
+    Ok(SampleOutput {
+        token_id,
+        logprob,
+        top_logprobs,
+    })
+}
+
+/// What one pass over the raw row learns: it is usable, and where its peak is.
+struct RowScan {
+    max: f32,
+    argmax: u32,
+}
+
+fn scan_logits(logits: &[f32]) -> Result<RowScan, SamplerError> {
+    if logits.is_empty() {
+        return Err(SamplerError::EmptyLogits);
+    }
+    let mut scan = RowScan {
+        max: f32::NEG_INFINITY,
+        argmax: 0,
+    };
+    for (index, &l) in logits.iter().enumerate() {
+        if !l.is_finite() {
+            return Err(SamplerError::NonFiniteLogits { index });
+        }
+        // Strict `>` keeps the lowest index among ties.
+        if l > scan.max {
+            scan = RowScan {
+                max: l,
+                argmax: index as u32,
+            };
+        }
+    }
+    Ok(scan)
+}
+
+/// Only copies the row when a history-dependent processor will modify it, so
+/// plain greedy and plain sampling rows never allocate a vocab-sized buffer
+/// for penalties (and greedy rows allocate nothing at all).
+fn choose_token(row: &SampleInput<'_>, raw_argmax: u32) -> Result<u32, SamplerError> {
+    let params = row.params;
+    let penalised = needs_penalties(params, row.prompt_token_ids, row.output_token_ids);
+    if params.is_greedy() && !penalised {
+        return Ok(raw_argmax);
+    }
+    let cfg = FilterConfig::from(params);
+    let u = uniform(row.seed, row.step, 0);
+    if !penalised {
+        return Ok(sample_filtered(row.logits, &cfg, u));
+    }
+    let mut logits = row.logits.to_vec();
+    apply_penalties(
+        &mut logits,
+        params,
+        row.prompt_token_ids,
+        row.output_token_ids,
+    );
+    if !logits.iter().any(|&l| l > f32::NEG_INFINITY) {
+        return Err(SamplerError::AllTokensMasked);
+    }
+    Ok(sample_filtered(&logits, &cfg, u))
+}

@@ -1,0 +1,70 @@
+//! One physical KV block.
+
+use crate::prefix_hash::BlockHash;
+
+/// Index of a physical block in the KV cache.
+pub type BlockId = u32;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Block {
+    pub(crate) id: BlockId,
+    /// Number of block tables holding this block.
+    pub(crate) ref_count: usize,
+    /// Set while the block is registered in the prefix cache; survives ref_count 0
+    /// until the pool reuses the block.
+    pub(crate) hash: Option<BlockHash>,
+    /// What `hash` was computed from, so a hash collision reads as a miss instead
+    /// of handing out another prefix's KV.
+    pub(crate) parent_hash: Option<BlockHash>,
+    pub(crate) token_ids: Vec<u32>,
+}
+
+impl Block {
+    pub(crate) fn new(id: BlockId) -> Self {
+        Self {
+            id,
+            ref_count: 0,
+            hash: None,
+            parent_hash: None,
+            token_ids: Vec::new(),
+        }
+    }
+
+    pub fn id(&self) -> BlockId {
+        self.id
+    }
+
+    pub fn ref_count(&self) -> usize {
+        self.ref_count
+    }
+
+    pub fn hash(&self) -> Option<BlockHash> {
+        self.hash
+    }
+
+    /// Token ids the cached hash was computed from (empty when not cached).
+    pub fn cached_token_ids(&self) -> &[u32] {
+        &self.token_ids
+    }
+
+    pub(crate) fn matches(&self, parent: Option<BlockHash>, token_ids: &[u32]) -> bool {
+        self.hash.is_some() && self.parent_hash == parent && self.token_ids == token_ids
+    }
+
+    pub(crate) fn set_cached(
+        &mut self,
+        hash: BlockHash,
+        parent: Option<BlockHash>,
+        token_ids: &[u32],
+    ) {
+        self.hash = Some(hash);
+        self.parent_hash = parent;
+        self.token_ids = token_ids.to_vec();
+    }
+
+    pub(crate) fn clear_cached(&mut self) {
+        self.hash = None;
+        self.parent_hash = None;
+        self.token_ids.clear();
+    }
+}

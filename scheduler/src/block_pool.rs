@@ -1,0 +1,269 @@
+//! The shared pool of KV blocks: reference counts, the free queue (LRU eviction
+//! order) and the prefix-cache map from block hash to block.
+//!
+//! `BlockPool` is a cheap handle (`Arc<Mutex<..>>`) so each `BlockTable` can give its
+//! blocks back from `Drop`, wherever the table dies.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::block::{Block, BlockId};
+use crate::free_queue::FreeQueue;
+use crate::prefix_hash::{hash_block_tokens, BlockHash};
+
+#[derive(Clone)]
+pub(crate) struct BlockPool {
+    inner: Arc<Mutex<BlockPoolInner>>,
+    block_size: usize,
+    enable_prefix_caching: bool,
+}
+
+struct BlockPoolInner {
+    blocks: Vec<Block>,
+    /// Blocks with ref_count 0, cached or not; the front is evicted first.
+    free: FreeQueue,
+    cached: HashMap<BlockHash, BlockId>,
+}
+
+impl BlockPool {
+    pub(crate) fn new(num_blocks: usize, block_size: usize, enable_prefix_caching: bool) -> Self {
+        let blocks = (0..num_blocks).map(|i| Block::new(i as BlockId)).collect();
+        let inner = BlockPoolInner {
+            blocks,
+            free: FreeQueue::with_all(num_blocks),
+            cached: HashMap::new(),
+        };
+        Self {
+            inner: Arc::new(Mutex::new(inner)),
+            block_size,
+            enable_prefix_caching,
+        }
+    }
+
+    pub(crate) fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    pub(crate) fn prefix_caching_enabled(&self) -> bool {
+        self.enable_prefix_caching
+    }
+
+    pub(crate) fn num_total_blocks(&self) -> usize {
+        self.inner.lock().blocks.len()
+    }
+
+    /// Includes cached blocks nobody holds: they are evicted on demand.
+    pub(crate) fn num_free_blocks(&self) -> usize {
+        self.inner.lock().free.len()
+    }
+
+    pub(crate) fn num_cached_blocks(&self) -> usize {
+        self.inner.lock().cached.len()
+    }
+
+    pub(crate) fn block(&self, id: BlockId) -> Option<Block> {
+        self.inner.lock().blocks.get(id as usize).cloned()
+    }
+
+    /// The longest run of cached full blocks at the start of `token_ids`, at most
+    /// `max_blocks` long. Read-only: the caller touches them once admission succeeds.
+    pub(crate) fn find_cached_prefix(
+        &self,
+        token_ids: &[u32],
+        max_blocks: usize,
+    ) -> Vec<(BlockId, BlockHash)> {
+        if !self.enable_prefix_caching {
+            return Vec::new();
+        }
+        let inner = self.inner.lock();
+        let mut hits = Vec::new();
+        let mut parent = None;
+        for chunk in token_ids.chunks_exact(self.block_size).take(max_blocks) {
+            let hash = hash_block_tokens(parent, chunk);
+            let Some(&id) = inner.cached.get(&hash) else {
+                break;
+            };
+            if !inner.blocks[id as usize].matches(parent, chunk) {
+                break;
+            }
+            hits.push((id, hash));
+            parent = Some(hash);
+        }
+        hits
+    }
+
+    /// How many of `ids` sit in the free queue, i.e. would stop being free when touched.
+    pub(crate) fn num_evictable(&self, ids: &[BlockId]) -> usize {
+        let inner = self.inner.lock();
+        ids.iter()
+            .filter(|&&id| inner.blocks[id as usize].ref_count == 0)
+            .count()
+    }
+
+    /// Takes one more reference on each block, pulling unreferenced ones out of the free queue.
+    pub(crate) fn touch(&self, ids: &[BlockId]) {
+        let mut inner = self.inner.lock();
+        for &id in ids {
+            if inner.blocks[id as usize].ref_count == 0 {
+                inner.free.remove(id);
+            }
+            inner.blocks[id as usize].ref_count += 1;
+        }
+    }
+
+    /// `n` fresh blocks (ref_count 1), or `None` without side effects if the pool is short.
+    pub(crate) fn allocate(&self, n: usize) -> Option<Vec<BlockId>> {
+        let mut inner = self.inner.lock();
+        if inner.free.len() < n {
+            return None;
+        }
+        let mut ids = Vec::with_capacity(n);
+        for _ in 0..n {
+            let id = inner.free.pop_front()?;
+            inner.evict(id);
+            inner.blocks[id as usize].ref_count = 1;
+            ids.push(id);
+        }
+        Some(ids)
+    }
+
+    /// Drops one reference per block. Walks the table backwards so a sequence's tail
+    /// blocks enter the free queue first and are evicted before its shared prefix.
+    pub(crate) fn free(&self, ids: &[BlockId]) {
+        let mut inner = self.inner.lock();
+        for &id in ids.iter().rev() {
+            let block = &mut inner.blocks[id as usize];
+            if block.ref_count == 0 {
+                tracing::error!(block = id, "double free of a KV block ignored");
+                continue;
+            }
+            block.ref_count -= 1;
+            if block.ref_count == 0 {
+                inner.free.push_back(id);
+            }
+        }
+    }
+
+    /// Registers a full, computed block under `hash`. If another block already holds
+    /// that hash (same prefix computed twice, or a collision) this one stays uncached.
+    pub(crate) fn cache_block(
+        &self,
+        id: BlockId,
+        hash: BlockHash,
+        parent: Option<BlockHash>,
+        token_ids: &[u32],
+    ) {
+        if !self.enable_prefix_caching {
+            return;
+        }
+        let mut inner = self.inner.lock();
+        if inner.cached.contains_key(&hash) || inner.blocks[id as usize].hash.is_some() {
+            return;
+        }
+        inner.blocks[id as usize].set_cached(hash, parent, token_ids);
+        inner.cached.insert(hash, id);
+    }
+
+    /// Checks the pool against `holders` (block id -> number of live tables holding it).
+    pub(crate) fn check(&self, holders: &HashMap<BlockId, usize>) -> Result<(), String> {
+        let inner = self.inner.lock();
+        for block in &inner.blocks {
+            let held = holders.get(&block.id).copied().unwrap_or(0);
+            if block.ref_count != held {
+                return Err(format!(
+                    "block {} ref_count {} but {} tables hold it",
+                    block.id, block.ref_count, held
+                ));
+            }
+            if held > 1 && block.hash.is_none() {
+                return Err(format!(
+                    "block {} shared by {held} tables but not a cached block",
+                    block.id
+                ));
+            }
+            if (block.ref_count == 0) != inner.free.contains(block.id) {
+                return Err(format!(
+                    "block {} ref_count {} vs free-queue membership",
+                    block.id, block.ref_count
+                ));
+            }
+            if let Some(hash) = block.hash {
+                if inner.cached.get(&hash) != Some(&block.id) {
+                    return Err(format!(
+                        "block {} has a hash the cache map does not point back to",
+                        block.id
+                    ));
+                }
+            }
+        }
+        if inner.free.iter().count() != inner.free.len() {
+            return Err("free queue length does not match its links".into());
+        }
+        for (hash, &id) in &inner.cached {
+            if inner.blocks.get(id as usize).and_then(|b| b.hash) != Some(*hash) {
+                return Err(format!("cache entry for block {id} is stale"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl BlockPoolInner {
+    /// A block leaving the free queue for reuse loses its cached identity.
+    fn evict(&mut self, id: BlockId) {
+        if let Some(hash) = self.blocks[id as usize].hash {
+            if self.cached.get(&hash) == Some(&id) {
+                self.cached.remove(&hash);
+            }
+            self.blocks[id as usize].clear_cached();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collision_is_a_miss() {
+        let pool = BlockPool::new(4, 2, true);
+        let ids = pool.allocate(1).unwrap();
+        // Pretend block 0 holds [7, 8] but is filed under the hash of [1, 2].
+        let forged = hash_block_tokens(None, &[1, 2]);
+        pool.cache_block(ids[0], forged, None, &[7, 8]);
+        assert!(pool.find_cached_prefix(&[1, 2, 3], 1).is_empty());
+        let real = hash_block_tokens(None, &[7, 8]);
+        assert!(
+            pool.find_cached_prefix(&[7, 8, 9], 1).is_empty(),
+            "filed under the wrong key"
+        );
+        let other = pool.allocate(1).unwrap();
+        pool.cache_block(other[0], real, None, &[7, 8]);
+        assert_eq!(
+            pool.find_cached_prefix(&[7, 8, 9], 1),
+            vec![(other[0], real)]
+        );
+    }
+
+    #[test]
+    fn eviction_drops_hash_only_on_reuse() {
+        let pool = BlockPool::new(2, 2, true);
+        let ids = pool.allocate(2).unwrap();
+        let h = hash_block_tokens(None, &[1, 2]);
+        pool.cache_block(ids[0], h, None, &[1, 2]);
+        pool.free(&ids);
+        assert_eq!(pool.num_free_blocks(), 2);
+        assert_eq!(pool.num_cached_blocks(), 1);
+        // Reverse-order free: the uncached tail (ids[1]) is evicted first.
+        let a = pool.allocate(1).unwrap();
+        assert_eq!(a, vec![ids[1]]);
+        assert_eq!(pool.num_cached_blocks(), 1);
+        let b = pool.allocate(1).unwrap();
+        assert_eq!(b, vec![ids[0]]);
+        assert_eq!(pool.num_cached_blocks(), 0);
+        assert_eq!(pool.block(ids[0]).unwrap().hash(), None);
+        assert!(pool.allocate(1).is_none());
+    }
+}

@@ -1,0 +1,116 @@
+//! Scheduler limits and the arithmetic derived from them.
+
+use crate::error::{NeverFitsReason, SchedulerError};
+use crate::sequence::SeqId;
+
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    /// Rows per forward pass: query tokens plus scratch rows, over all sequences.
+    pub max_num_batched_tokens: usize,
+    /// Most sequences running (holding blocks) at once.
+    pub max_num_seqs: usize,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// Blocks in the KV pool.
+    pub num_blocks: usize,
+    /// Longest `prompt + max_tokens` accepted.
+    pub max_model_len: usize,
+    pub enable_prefix_caching: bool,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            max_num_batched_tokens: 2048,
+            max_num_seqs: 256,
+            block_size: 16,
+            num_blocks: 1024,
+            max_model_len: 4096,
+            enable_prefix_caching: true,
+        }
+    }
+}
+
+impl SchedulerConfig {
+    pub fn validate(&self) -> Result<(), SchedulerError> {
+        let positive = [
+            ("max_num_batched_tokens", self.max_num_batched_tokens),
+            ("max_num_seqs", self.max_num_seqs),
+            ("block_size", self.block_size),
+            ("num_blocks", self.num_blocks),
+            ("max_model_len", self.max_model_len),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(SchedulerError::InvalidConfig(format!("{name} must be > 0")));
+        }
+        // Block ids are u32 and slots are i64 on the wire to the model runner.
+        if u32::try_from(self.num_blocks).is_err() {
+            return Err(SchedulerError::InvalidConfig(format!(
+                "num_blocks = {} does not fit a u32 block id",
+                self.num_blocks
+            )));
+        }
+        let slots = (self.num_blocks as u128) * (self.block_size as u128);
+        if slots > i64::MAX as u128 {
+            return Err(SchedulerError::InvalidConfig(
+                "num_blocks * block_size overflows an i64 slot".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Blocks needed to hold `num_tokens` KV slots.
+    pub fn blocks_for(&self, num_tokens: usize) -> usize {
+        num_tokens.div_ceil(self.block_size)
+    }
+
+    /// Free blocks kept back at admission so running sequences can keep decoding
+    /// for a while before anyone has to be preempted.
+    pub fn watermark_blocks(&self) -> usize {
+        (self.num_blocks / 100).max(1)
+    }
+
+    /// Rejects a request that could not run even alone in an empty engine, so it
+    /// can never sit in the waiting queue forever.
+    pub fn check_fits(
+        &self,
+        seq_id: SeqId,
+        prompt_len: usize,
+        max_tokens: usize,
+        lookahead_slots: usize,
+    ) -> Result<(), SchedulerError> {
+        let total = prompt_len.saturating_add(max_tokens);
+        if total > self.max_model_len {
+            return Err(SchedulerError::NeverFits {
+                seq_id,
+                needed_tokens: total,
+                limit: self.max_model_len,
+                reason: NeverFitsReason::MaxModelLen,
+            });
+        }
+        let slots = total.saturating_add(lookahead_slots);
+        if self.blocks_for(slots) > self.num_blocks {
+            return Err(SchedulerError::NeverFits {
+                seq_id,
+                needed_tokens: slots,
+                limit: self.num_blocks * self.block_size,
+                reason: NeverFitsReason::KvCacheCapacity,
+            });
+        }
+        Ok(())
+    }
+
+    /// A step must carry at least one real token next to the scratch rows.
+    pub fn check_scratch_rows(&self, seq_id: SeqId, rows: usize) -> Result<(), SchedulerError> {
+        let needed = rows.saturating_add(1);
+        if needed > self.max_num_batched_tokens {
+            return Err(SchedulerError::NeverFits {
+                seq_id,
+                needed_tokens: needed,
+                limit: self.max_num_batched_tokens,
+                reason: NeverFitsReason::TokenBudget,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,147 @@
+//! Read-only views of the scheduler for the engine, metrics and tests.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::block::{Block, BlockId};
+use crate::config::SchedulerConfig;
+use crate::prefix_hash::PrefixCacheStats;
+use crate::scheduler::Scheduler;
+use crate::sequence::{SeqId, Sequence, SequenceStatus};
+
+impl Scheduler {
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    pub fn get(&self, id: SeqId) -> Option<&Sequence> {
+        self.sequences.get(&id)
+    }
+
+    /// KV slot of token `position` of `id`, if its block table covers it.
+    pub fn slot(&self, id: SeqId, position: usize) -> Option<i64> {
+        self.sequences
+            .get(&id)?
+            .block_table
+            .as_ref()?
+            .slot(position)
+    }
+
+    /// Free blocks, counting cached blocks no sequence holds (they are evicted on demand).
+    pub fn num_free_blocks(&self) -> usize {
+        self.pool.num_free_blocks()
+    }
+
+    pub fn num_total_blocks(&self) -> usize {
+        self.pool.num_total_blocks()
+    }
+
+    /// Blocks currently registered in the prefix cache, held or not.
+    pub fn num_cached_blocks(&self) -> usize {
+        self.pool.num_cached_blocks()
+    }
+
+    /// A copy of one block's bookkeeping.
+    pub fn block(&self, id: BlockId) -> Option<Block> {
+        self.pool.block(id)
+    }
+
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Running sequences in arrival order.
+    pub fn running_ids(&self) -> impl Iterator<Item = SeqId> + '_ {
+        self.running.iter().copied()
+    }
+
+    /// Waiting sequences in admission order (preempted ones at the front).
+    pub fn waiting_ids(&self) -> impl Iterator<Item = SeqId> + '_ {
+        self.waiting.iter().copied()
+    }
+
+    /// Cumulative.
+    pub fn num_preemptions(&self) -> u64 {
+        self.num_preemptions
+    }
+
+    pub fn prefix_cache_stats(&self) -> PrefixCacheStats {
+        self.prefix_cache_stats
+    }
+
+    pub fn has_unfinished(&self) -> bool {
+        !self.sequences.is_empty()
+    }
+
+    /// Cross-checks queues, sequences, block tables and the pool; O(sequences + blocks).
+    /// For tests and debug assertions in the engine.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let running: HashSet<SeqId> = self.running.iter().copied().collect();
+        let waiting: HashSet<SeqId> = self.waiting.iter().copied().collect();
+        if running.len() != self.running.len() || waiting.len() != self.waiting.len() {
+            return Err("a sequence is queued twice".into());
+        }
+        if let Some(id) = running.intersection(&waiting).next() {
+            return Err(format!("sequence {id} is both running and waiting"));
+        }
+        if running.len() + waiting.len() != self.sequences.len() {
+            return Err("queues and sequence map disagree".into());
+        }
+        if self.running.len() > self.config.max_num_seqs {
+            return Err("more running sequences than max_num_seqs".into());
+        }
+        let arrivals: Vec<u64> = self
+            .running
+            .iter()
+            .filter_map(|id| self.sequences.get(id))
+            .map(|s| s.arrival)
+            .collect();
+        if arrivals.windows(2).any(|w| w[0] >= w[1]) {
+            return Err("running is not in arrival order".into());
+        }
+        let mut holders: HashMap<BlockId, usize> = HashMap::new();
+        for (&id, seq) in &self.sequences {
+            let queued_as = if running.contains(&id) {
+                SequenceStatus::Running
+            } else {
+                SequenceStatus::Waiting
+            };
+            if seq.status != queued_as || (!running.contains(&id) && !waiting.contains(&id)) {
+                return Err(format!(
+                    "sequence {id} status {:?} does not match its queue",
+                    seq.status
+                ));
+            }
+            if seq.num_computed_tokens > seq.num_tokens()
+                || seq.num_output_tokens() > seq.max_tokens
+            {
+                return Err(format!("sequence {id} counters out of range: {seq:?}"));
+            }
+            match (&seq.block_table, seq.status) {
+                (None, SequenceStatus::Waiting) if seq.num_computed_tokens == 0 => {}
+                (Some(table), SequenceStatus::Running) => {
+                    if table.num_slots() < seq.num_computed_tokens {
+                        return Err(format!("sequence {id} computed past its block table"));
+                    }
+                    let distinct: HashSet<BlockId> = table.ids().iter().copied().collect();
+                    if distinct.len() != table.ids().len() {
+                        return Err(format!("sequence {id} holds a block twice"));
+                    }
+                    for &b in table.ids() {
+                        *holders.entry(b).or_default() += 1;
+                    }
+                }
+                _ => {
+                    return Err(format!(
+                        "sequence {id} table does not match status {:?}",
+                        seq.status
+                    ))
+                }
+            }
+        }
+        self.pool.check(&holders)
+    }
+}

@@ -1,0 +1,41 @@
+//! Continuous-batching scheduler for entrobatch, after vLLM V1.
+//!
+//! There is no prefill or decode phase: each sequence has `token_ids` and
+//! `num_computed_tokens`, and every `schedule()` hands out one token budget so that
+//! sequences catch up (a decode is one token, a prefill a chunk). KV lives in a pool
+//! of fixed-size blocks shared through a hash-chained prefix cache; a sequence that
+//! cannot get blocks is preempted and later recomputed. The crate knows nothing
+//! about models, tensors or sampling.
+//!
+//! Engine loop: `add` requests; `schedule()`; run the forward; for every
+//! `needs_sample` row, `append_token` the sampled id and/or `finish`; repeat.
+
+mod block;
+mod block_pool;
+mod block_table;
+mod config;
+mod error;
+mod free_queue;
+mod inspect;
+mod output;
+mod prefix_hash;
+mod scheduler;
+mod sequence;
+mod updates;
+
+pub use block::{Block, BlockId};
+pub use config::SchedulerConfig;
+pub use error::{NeverFitsReason, SchedulerError};
+pub use output::{ScheduledSequence, SchedulerOutput};
+pub use prefix_hash::{hash_block_tokens, BlockHash, PrefixCacheStats};
+pub use scheduler::Scheduler;
+pub use sequence::{FinishReason, NewSequence, SeqId, Sequence, SequenceStatus};
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn scheduler_can_move_to_an_engine_thread() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<super::Scheduler>();
+    }
+}

@@ -1,0 +1,51 @@
+//! What one `schedule()` call asks the model runner to compute.
+
+use crate::block::BlockId;
+use crate::sequence::SeqId;
+
+/// One forward pass. Rows are laid out sequence by sequence in `scheduled` order.
+///
+/// Contract with the engine: execute every output (or finish its sequences with
+/// `FinishReason::Error`) before calling `schedule()` again; the next call treats
+/// the KV of these tokens as written and may share it through the prefix cache.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SchedulerOutput {
+    /// Running sequences first (arrival order), then newly admitted ones.
+    pub scheduled: Vec<ScheduledSequence>,
+    /// Sequences preempted this step: their blocks are gone and they will recompute
+    /// from scratch; drop any per-sequence strategy state.
+    pub preempted: Vec<SeqId>,
+    /// Query tokens plus scratch rows; never above `max_num_batched_tokens`.
+    pub num_batched_tokens: usize,
+}
+
+impl SchedulerOutput {
+    pub fn is_empty(&self) -> bool {
+        self.scheduled.is_empty()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScheduledSequence {
+    pub seq_id: SeqId,
+    /// `num_computed_tokens` before this step: tokens whose KV is already cached.
+    pub context_len: usize,
+    /// Query tokens: `token_ids[context_len .. context_len + n]`, at positions
+    /// `context_len..context_len + n`.
+    pub token_ids: Vec<u32>,
+    /// One KV slot per query token.
+    pub slot_mapping: Vec<i64>,
+    /// Covers at least `context_len + n + lookahead_slots` slots.
+    pub block_table: Vec<BlockId>,
+    /// Extra non-token rows granted this step (counted in the budget).
+    pub scratch_rows: usize,
+    /// The last query row completes the sequence's tokens, so its logits are sampled;
+    /// false for prefill chunks that stop short of the end.
+    pub needs_sample: bool,
+}
+
+impl ScheduledSequence {
+    pub fn num_query_tokens(&self) -> usize {
+        self.token_ids.len()
+    }
+}

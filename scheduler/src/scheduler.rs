@@ -1,0 +1,221 @@
+//! vLLM-V1-style scheduling: one token budget per step, running sequences first,
+//! then admission from the waiting queue; preemption frees blocks and recomputes.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::block::BlockId;
+use crate::block_pool::BlockPool;
+use crate::block_table::BlockTable;
+use crate::config::SchedulerConfig;
+use crate::error::SchedulerError;
+use crate::output::{ScheduledSequence, SchedulerOutput};
+use crate::prefix_hash::PrefixCacheStats;
+use crate::sequence::{SeqId, Sequence, SequenceStatus};
+
+pub struct Scheduler {
+    pub(crate) config: SchedulerConfig,
+    pub(crate) pool: BlockPool,
+    pub(crate) sequences: HashMap<SeqId, Sequence>,
+    pub(crate) waiting: VecDeque<SeqId>,
+    /// Kept sorted by arrival so the tail is always the next preemption victim.
+    pub(crate) running: Vec<SeqId>,
+    pub(crate) next_arrival: u64,
+    pub(crate) num_preemptions: u64,
+    pub(crate) prefix_cache_stats: PrefixCacheStats,
+}
+
+impl Scheduler {
+    pub fn new(config: SchedulerConfig) -> Result<Self, SchedulerError> {
+        config.validate()?;
+        let pool = BlockPool::new(
+            config.num_blocks,
+            config.block_size,
+            config.enable_prefix_caching,
+        );
+        Ok(Self {
+            config,
+            pool,
+            sequences: HashMap::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            next_arrival: 0,
+            num_preemptions: 0,
+            prefix_cache_stats: PrefixCacheStats::default(),
+        })
+    }
+
+    /// Plans one forward pass. Running sequences are served first in arrival order
+    /// (preempting the latest arrivals when blocks run out); waiting ones are admitted
+    /// only if nothing was preempted. `num_computed_tokens` advances here, so every
+    /// output must be executed before the next call.
+    pub fn schedule(&mut self) -> SchedulerOutput {
+        // Last step's KV is written by now, so its full blocks can be shared.
+        for id in &self.running {
+            if let Some(seq) = self.sequences.get_mut(id) {
+                seq.cache_computed_blocks();
+            }
+        }
+        let mut budget = self.config.max_num_batched_tokens;
+        let mut out = SchedulerOutput::default();
+        self.schedule_running(&mut budget, &mut out);
+        // Admitting right after a preemption would only thrash the pool.
+        if out.preempted.is_empty() {
+            self.schedule_waiting(&mut budget, &mut out);
+        }
+        out.num_batched_tokens = self.config.max_num_batched_tokens - budget;
+        out
+    }
+
+    fn schedule_running(&mut self, budget: &mut usize, out: &mut SchedulerOutput) {
+        let mut i = 0;
+        while i < self.running.len() && *budget > 0 {
+            let id = self.running[i];
+            i += 1;
+            let Some(seq) = self.sequences.get(&id) else {
+                continue;
+            };
+            let (remaining, scratch) = (seq.num_uncomputed_tokens(), seq.scratch_rows);
+            if remaining == 0 || *budget <= scratch {
+                continue;
+            }
+            let n = remaining.min(*budget - scratch);
+            let slots = seq.num_computed_tokens + n + seq.lookahead_slots;
+            if !self.grow_or_preempt(id, slots, out) {
+                break;
+            }
+            if let Some(scheduled) = self.emit(id, n) {
+                *budget -= n + scheduled.scratch_rows;
+                out.scheduled.push(scheduled);
+            }
+        }
+    }
+
+    /// Grows `id`'s table to `slots`, preempting the latest arrivals until it fits.
+    /// False when `id` itself had to go.
+    fn grow_or_preempt(&mut self, id: SeqId, slots: usize, out: &mut SchedulerOutput) -> bool {
+        loop {
+            let Some(seq) = self.sequences.get_mut(&id) else {
+                return false;
+            };
+            let table = seq
+                .block_table
+                .get_or_insert_with(|| BlockTable::new(self.pool.clone()));
+            if table.ensure_slots(slots) {
+                return true;
+            }
+            let Some(victim) = self.running.pop() else {
+                return false;
+            };
+            self.preempt(victim);
+            out.preempted.push(victim);
+            if victim == id {
+                return false;
+            }
+        }
+    }
+
+    /// `victim` must already be out of `running`.
+    fn preempt(&mut self, victim: SeqId) {
+        if let Some(seq) = self.sequences.get_mut(&victim) {
+            tracing::debug!(
+                seq_id = victim,
+                num_tokens = seq.num_tokens(),
+                "preempted; will recompute"
+            );
+            seq.reset_for_recompute();
+            self.waiting.push_front(victim);
+            self.num_preemptions += 1;
+        }
+    }
+
+    fn schedule_waiting(&mut self, budget: &mut usize, out: &mut SchedulerOutput) {
+        while let Some(&id) = self.waiting.front() {
+            if *budget == 0 || self.running.len() >= self.config.max_num_seqs {
+                break;
+            }
+            let Some(seq) = self.sequences.get(&id) else {
+                self.waiting.pop_front();
+                continue;
+            };
+            if *budget <= seq.scratch_rows {
+                break;
+            }
+            let len = seq.num_tokens();
+            let bs = self.config.block_size;
+            // The last token is always recomputed: its logits are needed.
+            let hits = self
+                .pool
+                .find_cached_prefix(&seq.token_ids, len.saturating_sub(1) / bs);
+            let num_cached = hits.len() * bs;
+            let n = (len - num_cached).min(*budget - seq.scratch_rows);
+            let lookahead = seq.lookahead_slots;
+            let (arrival, prompt_len) = (seq.arrival, len);
+
+            // The whole current length must fit beside the watermark, so a long prompt does
+            // not start chunking into a pool that would force a preemption right away.
+            // Nothing running means nobody to protect, and waiving it there avoids a livelock.
+            let hit_ids: Vec<BlockId> = hits.iter().map(|&(b, _)| b).collect();
+            let needed = self
+                .config
+                .blocks_for(len + lookahead)
+                .saturating_sub(hits.len());
+            let available = self
+                .pool
+                .num_free_blocks()
+                .saturating_sub(self.pool.num_evictable(&hit_ids));
+            let headroom = if self.running.is_empty() {
+                0
+            } else {
+                self.config.watermark_blocks()
+            };
+            if available < needed + headroom {
+                break;
+            }
+            let mut table = BlockTable::with_cached_prefix(self.pool.clone(), &hits);
+            if !table.ensure_slots(num_cached + n + lookahead) {
+                break;
+            }
+            let Some(seq) = self.sequences.get_mut(&id) else {
+                break;
+            };
+            seq.block_table = Some(table);
+            seq.num_computed_tokens = num_cached;
+            seq.status = SequenceStatus::Running;
+            self.waiting.pop_front();
+            let sequences = &self.sequences;
+            let pos = self
+                .running
+                .partition_point(|o| sequences.get(o).map_or(0, |s| s.arrival) < arrival);
+            self.running.insert(pos, id);
+            self.prefix_cache_stats.queries += prompt_len as u64;
+            self.prefix_cache_stats.hits += num_cached as u64;
+            if let Some(scheduled) = self.emit(id, n) {
+                *budget -= n + scheduled.scratch_rows;
+                out.scheduled.push(scheduled);
+            }
+        }
+    }
+
+    /// Hands out the next `n` tokens of `id` (its table already covers them) and
+    /// advances `num_computed_tokens`.
+    fn emit(&mut self, id: SeqId, n: usize) -> Option<ScheduledSequence> {
+        let seq = self.sequences.get_mut(&id)?;
+        let table = seq.block_table.as_ref()?;
+        let context_len = seq.num_computed_tokens;
+        let end = context_len + n;
+        let slot_mapping = (context_len..end)
+            .map(|p| table.slot(p))
+            .collect::<Option<Vec<i64>>>()?;
+        let scheduled = ScheduledSequence {
+            seq_id: id,
+            context_len,
+            token_ids: seq.token_ids.get(context_len..end)?.to_vec(),
+            slot_mapping,
+            block_table: table.ids().to_vec(),
+            scratch_rows: std::mem::take(&mut seq.scratch_rows),
+            needs_sample: end == seq.token_ids.len(),
+        };
+        seq.num_computed_tokens = end;
+        Some(scheduled)
+    }
+}

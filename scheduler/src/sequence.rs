@@ -1,0 +1,152 @@
+//! A request as the scheduler sees it: tokens, how many of them have KV, and its blocks.
+
+use crate::block::BlockId;
+use crate::block_table::BlockTable;
+
+pub type SeqId = u64;
+
+/// A request handed to `Scheduler::add`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewSequence {
+    pub id: SeqId,
+    pub prompt_token_ids: Vec<u32>,
+    /// Output-token limit.
+    pub max_tokens: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    Stop,
+    Length,
+    Abort,
+    Error,
+}
+
+/// Finished sequences leave the scheduler, so only these two are ever observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SequenceStatus {
+    /// Holds no blocks; new, or preempted and waiting to recompute.
+    Waiting,
+    /// Holds blocks and is served every step it has tokens to catch up on.
+    Running,
+}
+
+pub struct Sequence {
+    pub(crate) id: SeqId,
+    pub(crate) token_ids: Vec<u32>,
+    pub(crate) num_prompt_tokens: usize,
+    /// Tokens whose KV is (or is being written in the current step) in `block_table`.
+    pub(crate) num_computed_tokens: usize,
+    pub(crate) max_tokens: usize,
+    /// Admission order; preemption takes the highest first.
+    pub(crate) arrival: u64,
+    pub(crate) status: SequenceStatus,
+    pub(crate) block_table: Option<BlockTable>,
+    /// Non-token rows wanted in the next forward that schedules this sequence.
+    pub(crate) scratch_rows: usize,
+    /// KV slots the table must cover beyond the scheduled tokens.
+    pub(crate) lookahead_slots: usize,
+}
+
+impl Sequence {
+    pub(crate) fn new(request: NewSequence, arrival: u64) -> Self {
+        Self {
+            id: request.id,
+            num_prompt_tokens: request.prompt_token_ids.len(),
+            token_ids: request.prompt_token_ids,
+            num_computed_tokens: 0,
+            max_tokens: request.max_tokens,
+            arrival,
+            status: SequenceStatus::Waiting,
+            block_table: None,
+            scratch_rows: 0,
+            lookahead_slots: 0,
+        }
+    }
+
+    pub fn id(&self) -> SeqId {
+        self.id
+    }
+
+    /// Prompt followed by the generated tokens.
+    pub fn token_ids(&self) -> &[u32] {
+        &self.token_ids
+    }
+
+    pub fn num_tokens(&self) -> usize {
+        self.token_ids.len()
+    }
+
+    pub fn num_prompt_tokens(&self) -> usize {
+        self.num_prompt_tokens
+    }
+
+    pub fn num_computed_tokens(&self) -> usize {
+        self.num_computed_tokens
+    }
+
+    pub fn output_token_ids(&self) -> &[u32] {
+        &self.token_ids[self.num_prompt_tokens..]
+    }
+
+    pub fn num_output_tokens(&self) -> usize {
+        self.token_ids.len() - self.num_prompt_tokens
+    }
+
+    pub fn max_tokens(&self) -> usize {
+        self.max_tokens
+    }
+
+    pub fn status(&self) -> SequenceStatus {
+        self.status
+    }
+
+    pub fn block_table_ids(&self) -> &[BlockId] {
+        self.block_table.as_ref().map_or(&[], |t| t.ids())
+    }
+
+    pub fn scratch_rows(&self) -> usize {
+        self.scratch_rows
+    }
+
+    pub fn lookahead_slots(&self) -> usize {
+        self.lookahead_slots
+    }
+
+    /// Tokens still to compute before the sequence is caught up.
+    pub(crate) fn num_uncomputed_tokens(&self) -> usize {
+        self.token_ids
+            .len()
+            .saturating_sub(self.num_computed_tokens)
+    }
+
+    /// Registers the full blocks whose KV earlier steps wrote.
+    pub(crate) fn cache_computed_blocks(&mut self) {
+        if let Some(table) = self.block_table.as_mut() {
+            table.cache_full_blocks(&self.token_ids, self.num_computed_tokens);
+        }
+    }
+
+    /// Back to waiting with nothing computed; generated tokens stay and are recomputed.
+    pub(crate) fn reset_for_recompute(&mut self) {
+        self.block_table = None;
+        self.num_computed_tokens = 0;
+        self.status = SequenceStatus::Waiting;
+        // Scratch rows belong to per-step strategy state the engine discards on preemption.
+        self.scratch_rows = 0;
+    }
+}
+
+impl std::fmt::Debug for Sequence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sequence")
+            .field("id", &self.id)
+            .field("num_tokens", &self.token_ids.len())
+            .field("num_prompt_tokens", &self.num_prompt_tokens)
+            .field("num_computed_tokens", &self.num_computed_tokens)
+            .field("max_tokens", &self.max_tokens)
+            .field("status", &self.status)
+            .field("block_table", &self.block_table_ids())
+            .finish()
+    }
+}

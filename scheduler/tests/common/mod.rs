@@ -1,0 +1,80 @@
+#![allow(dead_code)]
+
+use entrobatch_scheduler::{NewSequence, Scheduler, SchedulerConfig, SchedulerOutput, SeqId};
+
+pub fn config(
+    budget: usize,
+    max_num_seqs: usize,
+    block_size: usize,
+    num_blocks: usize,
+) -> SchedulerConfig {
+    SchedulerConfig {
+        max_num_batched_tokens: budget,
+        max_num_seqs,
+        block_size,
+        num_blocks,
+        max_model_len: 1 << 16,
+        enable_prefix_caching: false,
+    }
+}
+
+/// Distinct tokens per id so unrelated prompts never share cache blocks.
+pub fn prompt(id: SeqId, len: usize) -> Vec<u32> {
+    (0..len as u32).map(|i| id as u32 * 1000 + i).collect()
+}
+
+pub fn new_seq(id: SeqId, prompt_len: usize, max_tokens: usize) -> NewSequence {
+    NewSequence {
+        id,
+        prompt_token_ids: prompt(id, prompt_len),
+        max_tokens,
+    }
+}
+
+/// Schedules once, checks the output against the scheduler, and appends a token to
+/// every sampled row (then finishing with Length at max_tokens), like an engine would.
+pub fn step(s: &mut Scheduler) -> SchedulerOutput {
+    let out = s.schedule();
+    check_output(s, &out);
+    for row in out.scheduled.iter().filter(|r| r.needs_sample) {
+        s.append_token(row.seq_id, 7).unwrap();
+        let seq = s.get(row.seq_id).unwrap();
+        if seq.num_output_tokens() == seq.max_tokens() {
+            s.finish(row.seq_id, entrobatch_scheduler::FinishReason::Length)
+                .unwrap();
+        }
+    }
+    s.check_invariants().unwrap();
+    out
+}
+
+pub fn check_output(s: &Scheduler, out: &SchedulerOutput) {
+    let bs = s.config().block_size;
+    assert!(out.num_batched_tokens <= s.config().max_num_batched_tokens);
+    let rows: usize = out
+        .scheduled
+        .iter()
+        .map(|r| r.token_ids.len() + r.scratch_rows)
+        .sum();
+    assert_eq!(rows, out.num_batched_tokens);
+    for row in &out.scheduled {
+        let seq = s.get(row.seq_id).expect("scheduled sequence is live");
+        let n = row.token_ids.len();
+        assert!(n >= 1);
+        assert_eq!(row.slot_mapping.len(), n);
+        assert_eq!(
+            &seq.token_ids()[row.context_len..row.context_len + n],
+            &row.token_ids[..]
+        );
+        assert_eq!(row.needs_sample, row.context_len + n == seq.num_tokens());
+        assert!(row.block_table.len() * bs >= row.context_len + n + seq.lookahead_slots());
+        for (i, &slot) in row.slot_mapping.iter().enumerate() {
+            let pos = row.context_len + i;
+            assert_eq!(
+                slot,
+                (row.block_table[pos / bs] as usize * bs + pos % bs) as i64
+            );
+            assert_eq!(Some(slot), s.slot(row.seq_id, pos));
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! Throughput measurement shared by `benches/throughput.rs` and `entrobatch bench throughput`.
+
+pub mod baseline;
+pub mod throughput;

@@ -1,0 +1,176 @@
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::{Engine, EngineConfig, Event, GenerationParams, Prompt, Request, SamplingParams};
+
+#[derive(Clone, Debug)]
+pub struct ThroughputConfig {
+    pub model: PathBuf,
+    pub requests: usize,
+    pub prompt_len: usize,
+    pub output_len: usize,
+    /// Sequences the engine runs at once (its `max_num_seqs`).
+    pub concurrency: usize,
+    /// Requests the sequential baseline runs (it is slow; its rate is per request, so a
+    /// subset measures the same tokens/s). 0 skips it.
+    pub baseline_requests: usize,
+    pub engine: Option<EngineConfig>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PhaseRates {
+    pub prefill_tokens_per_s: f64,
+    pub decode_tokens_per_s: f64,
+    pub output_tokens_per_s: f64,
+    pub total_tokens_per_s: f64,
+    pub wall_secs: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ThroughputReport {
+    pub model: String,
+    pub requests: usize,
+    pub prompt_len: usize,
+    pub output_len: usize,
+    pub concurrency: usize,
+    pub engine: PhaseRates,
+    pub baseline: Option<PhaseRates>,
+    pub baseline_requests: usize,
+    /// engine / baseline for output tokens per second.
+    pub output_speedup: Option<f64>,
+    pub total_speedup: Option<f64>,
+    pub preemptions: u64,
+    pub steps: u64,
+}
+
+/// Deterministic prompts of `len` ordinary tokens, distinct per request so the prefix cache
+/// cannot shortcut the measurement.
+pub fn synthetic_prompts(vocab: usize, n: usize, len: usize) -> Vec<Vec<u32>> {
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let lo = 300u64.min(vocab as u64 / 4);
+    let span = (vocab as u64).saturating_sub(lo + 300).max(1);
+    (0..n)
+        .map(|_| {
+            (0..len)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    (lo + state % span) as u32
+                })
+                .collect()
+        })
+        .collect()
+}
+
+pub fn run(config: &ThroughputConfig, mut on_progress: impl FnMut(usize)) -> Result<ThroughputReport> {
+    let mut engine_config = config.engine.clone().unwrap_or_else(|| EngineConfig::new(&config.model));
+    engine_config.max_num_seqs = config.concurrency;
+    let engine = Engine::start(engine_config)?;
+    let prompts = synthetic_prompts(engine.info().model_config.vocab_size, config.requests, config.prompt_len);
+    let params = GenerationParams {
+        sampling: SamplingParams::greedy(),
+        max_tokens: config.output_len,
+        ignore_eos: true,
+        ..GenerationParams::default()
+    };
+    let start = Instant::now();
+    let handles = prompts
+        .iter()
+        .map(|p| engine.submit(Request::new(Prompt::TokenIds(p.clone()), params.clone())))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    // Time to the last first-token approximates the end of the prefill-dominated phase.
+    let mut output_tokens = 0usize;
+    let mut last_first_token = 0f64;
+    for (i, mut handle) in handles.into_iter().enumerate() {
+        let mut first = true;
+        while let Some(event) = handle.next_blocking() {
+            match event {
+                Event::Tokens { tokens, .. } => {
+                    if first {
+                        last_first_token = last_first_token.max(start.elapsed().as_secs_f64());
+                        first = false;
+                    }
+                    output_tokens += tokens.len();
+                }
+                Event::Finished { error: Some(e), .. } => anyhow::bail!("request {i} failed: {e}"),
+                Event::Finished { .. } => {}
+            }
+        }
+        on_progress(i + 1);
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let metrics = engine.metrics();
+    let preemptions = metrics.preemptions.load(Ordering::Relaxed);
+    let steps = metrics.steps.load(Ordering::Relaxed);
+    engine.shutdown(crate::ShutdownMode::Finish);
+    let prompt_tokens = config.requests * config.prompt_len;
+    let decode_secs = (wall - last_first_token).max(1e-9);
+    let engine_rates = PhaseRates {
+        prefill_tokens_per_s: prompt_tokens as f64 / last_first_token.max(1e-9),
+        decode_tokens_per_s: output_tokens.saturating_sub(config.requests) as f64 / decode_secs,
+        output_tokens_per_s: output_tokens as f64 / wall,
+        total_tokens_per_s: (prompt_tokens + output_tokens) as f64 / wall,
+        wall_secs: wall,
+    };
+    let baseline = (config.baseline_requests > 0)
+        .then(|| baseline_rates(&config.model, &prompts[..config.baseline_requests.min(prompts.len())], config.output_len))
+        .transpose()?;
+    Ok(ThroughputReport {
+        model: display_name(&config.model),
+        requests: config.requests,
+        prompt_len: config.prompt_len,
+        output_len: config.output_len,
+        concurrency: config.concurrency,
+        output_speedup: baseline.as_ref().map(|b| engine_rates.output_tokens_per_s / b.output_tokens_per_s),
+        total_speedup: baseline.as_ref().map(|b| engine_rates.total_tokens_per_s / b.total_tokens_per_s),
+        engine: engine_rates,
+        baseline,
+        baseline_requests: config.baseline_requests,
+        preemptions,
+        steps,
+    })
+}
+
+fn baseline_rates(model: &Path, prompts: &[Vec<u32>], output_len: usize) -> Result<PhaseRates> {
+    let t = super::baseline::run_sequential(model, prompts, output_len)?;
+    let wall = t.prefill_secs + t.decode_secs;
+    Ok(PhaseRates {
+        prefill_tokens_per_s: t.prompt_tokens as f64 / t.prefill_secs.max(1e-9),
+        decode_tokens_per_s: (t.output_tokens - prompts.len()) as f64 / t.decode_secs.max(1e-9),
+        output_tokens_per_s: t.output_tokens as f64 / wall,
+        total_tokens_per_s: (t.prompt_tokens + t.output_tokens) as f64 / wall,
+        wall_secs: wall,
+    })
+}
+
+fn display_name(path: &Path) -> String {
+    path.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// A short fixed-width table of a report, engine against baseline.
+pub fn render_table(r: &ThroughputReport) -> String {
+    let mut out = format!(
+        "{} | {} requests x ({} in + {} out), concurrency {}\n{:<22}{:>12}{:>12}{:>12}{:>12}\n",
+        r.model, r.requests, r.prompt_len, r.output_len, r.concurrency,
+        "system", "prefill t/s", "decode t/s", "output t/s", "total t/s"
+    );
+    let mut row = |name: &str, p: &PhaseRates| {
+        out.push_str(&format!(
+            "{:<22}{:>12.1}{:>12.1}{:>12.1}{:>12.1}\n",
+            name, p.prefill_tokens_per_s, p.decode_tokens_per_s, p.output_tokens_per_s, p.total_tokens_per_s
+        ));
+    };
+    row("entrobatch", &r.engine);
+    if let Some(b) = &r.baseline {
+        row("candle sequential", b);
+    }
+    if let (Some(o), Some(t)) = (r.output_speedup, r.total_speedup) {
+        out.push_str(&format!("speedup: output {o:.2}x, total {t:.2}x\n"));
+    }
+    out
+}

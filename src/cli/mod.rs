@@ -1,0 +1,19 @@
+pub mod run;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+
+/// The model path a command uses: the flag, else `$ENTROBATCH_MODEL`, else the default.
+pub fn resolve_model(flag: Option<PathBuf>) -> Result<PathBuf> {
+    let path = flag
+        .or_else(|| std::env::var_os("ENTROBATCH_MODEL").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(entrobatch::DEFAULT_MODEL_PATH));
+    if !Path::new(&path).is_file() {
+        bail!(
+            "model file {} not found; run `scripts/fetch-model smollm2` (or pass --model PATH)",
+            path.display()
+        );
+    }
+    Ok(path)
+}

@@ -1,0 +1,130 @@
+#![allow(dead_code)]
+//! Shared helpers for the integration tests: model paths, candle-transformers references,
+//! tiny generated models.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::gguf_file;
+use candle_core::{Device, Tensor};
+use candle_transformers::models::{quantized_llama, quantized_qwen2};
+use entrobatch::model_runner::testing::{write_tiny_gguf, TinyModelSpec};
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The default model; the test command fetches it first, so its absence is a failure.
+pub fn smollm2_path() -> PathBuf {
+    let path = repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        path.is_file(),
+        "{} missing: run `scripts/fetch-model smollm2` (the README's test command does)",
+        path.display()
+    );
+    path
+}
+
+/// The second model is optional for tests: present only after `scripts/fetch-model qwen2.5-coder-0.5b`.
+pub fn qwen_coder_path() -> Option<PathBuf> {
+    let path = repo_root().join("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    path.is_file().then_some(path)
+}
+
+/// Writes a tiny random-weight GGUF into a fresh temp dir and returns its path.
+pub fn tiny_model(spec: &TinyModelSpec, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("entrobatch-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(format!("{name}.gguf"));
+    write_tiny_gguf(&path, spec).expect("write tiny gguf");
+    path
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum RefArch {
+    Llama,
+    Qwen2,
+}
+
+enum RefModel {
+    Llama(quantized_llama::ModelWeights),
+    Qwen2(quantized_qwen2::ModelWeights),
+}
+
+impl RefModel {
+    fn forward(&mut self, x: &Tensor, pos: usize) -> Tensor {
+        match self {
+            Self::Llama(m) => m.forward(x, pos).expect("reference forward"),
+            Self::Qwen2(m) => m.forward(x, pos).expect("reference forward"),
+        }
+    }
+}
+
+fn load_reference(path: &Path, arch: RefArch) -> RefModel {
+    let mut file = std::fs::File::open(path).expect("open model");
+    let content = gguf_file::Content::read(&mut file).expect("read gguf");
+    match arch {
+        RefArch::Llama => RefModel::Llama(
+            quantized_llama::ModelWeights::from_gguf(content, &mut file, &Device::Cpu).expect("load"),
+        ),
+        RefArch::Qwen2 => RefModel::Qwen2(
+            quantized_qwen2::ModelWeights::from_gguf(content, &mut file, &Device::Cpu).expect("load"),
+        ),
+    }
+}
+
+/// Greedy tokens from candle-transformers' own model, one prompt at a time, no EOS stop.
+pub fn reference_greedy(path: &Path, arch: RefArch, prompts: &[Vec<u32>], n: usize) -> Vec<Vec<u32>> {
+    prompts
+        .iter()
+        .map(|prompt| {
+            // A fresh model per prompt: its KV cache lives inside the model.
+            let mut model = load_reference(path, arch);
+            let mut out = Vec::with_capacity(n);
+            let input = Tensor::new(prompt.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+            let mut logits = model.forward(&input, 0);
+            for i in 0..n {
+                let next = argmax(&logits);
+                out.push(next);
+                if i + 1 == n {
+                    break;
+                }
+                let input = Tensor::new(&[next], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+                logits = model.forward(&input, prompt.len() + i);
+            }
+            out
+        })
+        .collect()
+}
+
+/// Last-position logits of candle-transformers' model over `tokens` (a fresh model each call).
+pub fn reference_logits(path: &Path, arch: RefArch, tokens: &[u32]) -> Vec<f32> {
+    let mut model = load_reference(path, arch);
+    let input = Tensor::new(tokens, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    model.forward(&input, 0).flatten_all().unwrap().to_vec1::<f32>().unwrap()
+}
+
+fn argmax(logits: &Tensor) -> u32 {
+    let v = logits.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Prompts of clearly different lengths (a few tokens to a few hundred).
+pub fn varied_prompts() -> Vec<String> {
+    let long = "The history of computing is a story of ideas building on ideas. ".repeat(12);
+    vec![
+        "Hi".to_string(),
+        "The capital of France is".to_string(),
+        "Write a haiku about the sea.".to_string(),
+        "List three prime numbers: 2, 3,".to_string(),
+        format!("Summarize this text: {long}"),
+        "def fibonacci(n):\n    ".to_string(),
+        "Once upon a time, in a small village near the mountains, there lived an old clockmaker who".to_string(),
+        format!("{} And so", "One two three four five six seven eight nine ten. ".repeat(6)),
+    ]
+}
