@@ -75,15 +75,26 @@ impl Scheduler {
                 continue;
             };
             let (remaining, scratch) = (seq.num_uncomputed_tokens(), seq.scratch_rows);
-            if remaining == 0 || *budget <= scratch {
+            // Scratch rows (MTI's unconditional rows, a WeDLM window) belong with all of the
+            // sequence's pending tokens in one span, so they are granted whole or not at all,
+            // possibly with no token at all. Rows that could never fit beside the pending
+            // tokens stay pending while the tokens are served, so nothing waits forever.
+            let grant = scratch > 0 && remaining + scratch <= self.config.max_num_batched_tokens;
+            let n = if grant {
+                if remaining + scratch > *budget {
+                    continue;
+                }
+                remaining
+            } else if remaining == 0 {
                 continue;
-            }
-            let n = remaining.min(*budget - scratch);
+            } else {
+                remaining.min(*budget)
+            };
             let slots = seq.num_computed_tokens + n + seq.lookahead_slots;
             if !self.grow_or_preempt(id, slots, out) {
                 break;
             }
-            if let Some(scheduled) = self.emit(id, n) {
+            if let Some(scheduled) = self.emit(id, n, grant) {
                 *budget -= n + scheduled.scratch_rows;
                 out.scheduled.push(scheduled);
             }
@@ -137,9 +148,6 @@ impl Scheduler {
                 self.waiting.pop_front();
                 continue;
             };
-            if *budget <= seq.scratch_rows {
-                break;
-            }
             let len = seq.num_tokens();
             let bs = self.config.block_size;
             // The last token is always recomputed: its logits are needed.
@@ -147,7 +155,8 @@ impl Scheduler {
                 .pool
                 .find_cached_prefix(&seq.token_ids, len.saturating_sub(1) / bs);
             let num_cached = hits.len() * bs;
-            let n = (len - num_cached).min(*budget - seq.scratch_rows);
+            // A sequence being (re)prefilled has no strategy rows to run yet.
+            let n = (len - num_cached).min(*budget);
             let lookahead = seq.lookahead_slots;
             let (arrival, prompt_len) = (seq.arrival, len);
 
@@ -189,8 +198,8 @@ impl Scheduler {
             self.running.insert(pos, id);
             self.prefix_cache_stats.queries += prompt_len as u64;
             self.prefix_cache_stats.hits += num_cached as u64;
-            if let Some(scheduled) = self.emit(id, n) {
-                *budget -= n + scheduled.scratch_rows;
+            if let Some(scheduled) = self.emit(id, n, false) {
+                *budget -= n;
                 out.scheduled.push(scheduled);
             }
         }
@@ -198,7 +207,7 @@ impl Scheduler {
 
     /// Hands out the next `n` tokens of `id` (its table already covers them) and
     /// advances `num_computed_tokens`.
-    fn emit(&mut self, id: SeqId, n: usize) -> Option<ScheduledSequence> {
+    fn emit(&mut self, id: SeqId, n: usize, grant_scratch: bool) -> Option<ScheduledSequence> {
         let seq = self.sequences.get_mut(&id)?;
         let table = seq.block_table.as_ref()?;
         let context_len = seq.num_computed_tokens;
@@ -212,7 +221,7 @@ impl Scheduler {
             token_ids: seq.token_ids.get(context_len..end)?.to_vec(),
             slot_mapping,
             block_table: table.ids().to_vec(),
-            scratch_rows: std::mem::take(&mut seq.scratch_rows),
+            scratch_rows: if grant_scratch { std::mem::take(&mut seq.scratch_rows) } else { 0 },
             needs_sample: end == seq.token_ids.len(),
         };
         seq.num_computed_tokens = end;

@@ -79,3 +79,31 @@ fn lookahead_slots_extend_the_block_table() {
     }
     assert_eq!(s.get(1).unwrap().block_table_ids().len(), 4);
 }
+
+#[test]
+fn scratch_rows_alone_schedule_a_caught_up_sequence() {
+    // MTI: after a triggered step the sequence has no new token, only unconditional rows.
+    let mut s = Scheduler::new(config(16, 8, 4, 64)).unwrap();
+    s.add(new_seq(1, 3, 10)).unwrap();
+    let out = s.schedule();
+    assert!(out.scheduled[0].needs_sample);
+    s.request_scratch_rows(1, 2).unwrap();
+    let out = s.schedule();
+    assert_eq!(out.scheduled.len(), 1);
+    let row = &out.scheduled[0];
+    assert_eq!((row.token_ids.len(), row.scratch_rows, row.context_len), (0, 2, 3));
+    assert_eq!(out.num_batched_tokens, 2);
+    let out = s.schedule();
+    assert!(out.scheduled.is_empty(), "nothing pending once the rows ran");
+}
+
+#[test]
+fn scratch_rows_that_never_fit_beside_a_prefill_do_not_block_it() {
+    let mut s = Scheduler::new(config(4, 8, 4, 64)).unwrap();
+    s.add(new_seq(1, 12, 10)).unwrap();
+    s.schedule();
+    s.request_scratch_rows(1, 3).unwrap();
+    let out = s.schedule();
+    assert_eq!((out.scheduled[0].token_ids.len(), out.scheduled[0].scratch_rows), (4, 0));
+    assert_eq!(s.get(1).unwrap().scratch_rows(), 3, "still pending");
+}
