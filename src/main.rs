@@ -11,8 +11,18 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Benchmarks that print JSON and a short table.
+    #[command(subcommand)]
+    Bench(cli::bench::BenchCommand),
     /// Generate text for one or more prompts, batched together.
     Run(cli::run::RunArgs),
+    /// Serve an OpenAI-compatible HTTP API (completions, chat, metrics).
+    Serve(cli::serve::ServeArgs),
+    /// Load-test a running server on this machine (loopback only) with streamed requests.
+    Loadtest(cli::loadtest::LoadTestArgs),
+    /// Draw logit entropy against varentropy per token from `run --json` output, coloured by
+    /// entropix branch, with the quadrant thresholds (.svg or .png).
+    PlotMetrics(cli::plot_metrics::PlotMetricsArgs),
 }
 
 fn main() {
@@ -26,6 +36,10 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => cli::run::run(args),
+        Command::Bench(command) => cli::bench::run_bench(command),
+        Command::Serve(args) => cli::serve::run(args),
+        Command::Loadtest(args) => cli::loadtest::run(args),
+        Command::PlotMetrics(args) => cli::plot_metrics::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

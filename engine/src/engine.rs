@@ -5,7 +5,7 @@ use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::Sender;
-use entrobatch_model_runner::{load_gguf, ChatTemplate, GgufTokenizer, KvCache, ModelConfig, ModelRunner};
+use entrobatch_model_runner::{load_model, ChatTemplate, GgufTokenizer, KvCache, ModelConfig, ModelRunner};
 use entrobatch_scheduler::{Scheduler, SchedulerConfig};
 use parking_lot::Mutex;
 
@@ -24,6 +24,8 @@ pub struct EngineInfo {
     pub num_blocks: usize,
     pub block_size: usize,
     pub max_model_len: usize,
+    /// Rows one forward may run (tokens plus strategy scratch rows).
+    pub max_num_batched_tokens: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,7 +58,9 @@ impl Engine {
                 config.model_path.display()
             )));
         }
-        let (model, tokenizer) = load_gguf(&config.model_path, config.matmul_mode)?;
+        // A GGUF file, or a Hugging Face checkpoint directory (config.json + safetensors).
+        let (mut model, tokenizer) = load_model(&config.model_path, config.matmul_mode)?;
+        model.set_attention_kernel(config.attention_kernel);
         let model_config = model.config().clone();
         let max_model_len = config
             .max_model_len
@@ -104,7 +108,14 @@ impl Engine {
             tokenizer,
             chat_template,
             metrics,
-            info: EngineInfo { model_config, model_name, num_blocks, block_size: config.block_size, max_model_len },
+            info: EngineInfo {
+                model_config,
+                model_name,
+                num_blocks,
+                block_size: config.block_size,
+                max_model_len,
+                max_num_batched_tokens: config.max_num_batched_tokens,
+            },
             next_id: AtomicU64::new(1),
             max_queued_requests: config.max_queued_requests,
         })
@@ -153,7 +164,38 @@ impl Engine {
         if params.max_tokens == 0 {
             return Err(EngineError::InvalidRequest("max_tokens must be at least 1".into()));
         }
-        let needed = num_prompt_tokens + params.max_tokens;
+        // Building the strategy checks its parameters here, on the caller's thread, so an
+        // out-of-range value is a request error and never reaches the loop.
+        let ctx = crate::strategy::StrategyContext {
+            mask_token_id: self.info.model_config.mask_token_id,
+            max_model_len: self.info.max_model_len,
+            max_tokens: params.max_tokens,
+            ..crate::strategy::StrategyContext::new(&self.tokenizer)
+        };
+        // WeDLM on a model without a mask token is rejected here, with the reason.
+        crate::strategy::build_strategy(&params.decoding, &ctx)
+            .map_err(|e| EngineError::InvalidRequest(format!("decoding: {e}")))?;
+        if let crate::strategy::Decoding::Wedlm(w) = &params.decoding {
+            // A window runs in one forward beside at least one token row.
+            if w.window_size >= self.info.max_num_batched_tokens {
+                return Err(EngineError::InvalidRequest(format!(
+                    "decoding: wedlm window_size {} must be below max_num_batched_tokens {}",
+                    w.window_size, self.info.max_num_batched_tokens
+                )));
+            }
+        }
+        if let crate::strategy::Decoding::Mti(mti) = &params.decoding {
+            // The negative prompt's scratch rows sit after the sequence's last token, so they
+            // must stay inside the rotary table or the whole batch's forward would fail.
+            let extra = mti.negative_prompt_ids(&self.tokenizer).map_err(EngineError::InvalidRequest)?.len();
+            let needed = num_prompt_tokens.saturating_add(params.max_tokens).saturating_add(extra.saturating_sub(1));
+            let limit = self.info.model_config.max_position_embeddings;
+            if needed > limit {
+                let reason = format!("MTI's negative prompt ({extra} tokens) runs past the model's positions");
+                return Err(EngineError::NeverFits { needed, limit, reason });
+            }
+        }
+        let needed = num_prompt_tokens.saturating_add(params.max_tokens);
         if needed > self.info.max_model_len {
             return Err(EngineError::NeverFits {
                 needed,
@@ -178,8 +220,7 @@ impl Engine {
     pub fn submit(&self, request: Request) -> Result<RequestHandle> {
         let prompt_token_ids = self.tokenize_prompt(&request.prompt, &request.params)?;
         self.validate(&request.params, prompt_token_ids.len())?;
-        let in_flight = self.in_flight();
-        if in_flight >= self.max_queued_requests as u64 {
+        if !self.metrics.try_reserve_in_flight(self.max_queued_requests as u64) {
             self.metrics.requests_rejected.fetch_add(1, Ordering::Relaxed);
             return Err(EngineError::QueueFull(self.max_queued_requests));
         }
@@ -193,9 +234,10 @@ impl Engine {
             seed,
             sender,
         };
-        self.commands
-            .send(Command::Submit(Box::new(pending)))
-            .map_err(|_| EngineError::ShutDown)?;
+        if self.commands.send(Command::Submit(Box::new(pending))).is_err() {
+            self.metrics.release_in_flight();
+            return Err(EngineError::ShutDown);
+        }
         Ok(RequestHandle::new(id, prompt_token_ids, events, self.commands.clone()))
     }
 
@@ -212,10 +254,10 @@ impl Engine {
         Ok(handles.into_iter().map(RequestHandle::collect_blocking).collect())
     }
 
-    /// Requests submitted and not yet finished (as counted by the metrics).
+    /// Requests submitted whose `Finished` event has not been emitted yet (exact: counted on
+    /// submit and on finish, not sampled from the per-step gauges).
     pub fn in_flight(&self) -> u64 {
-        let m = &self.metrics;
-        m.running.load(Ordering::Relaxed) + m.waiting.load(Ordering::Relaxed)
+        self.metrics.in_flight.load(Ordering::SeqCst)
     }
 
     /// Stops the loop thread; safe to call more than once.

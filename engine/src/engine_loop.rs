@@ -52,6 +52,8 @@ impl EngineLoop {
                 break;
             }
             if self.requests.is_empty() {
+                // Aborts free blocks without a step: show it before going idle.
+                self.publish_gauges();
                 if self.draining {
                     break;
                 }
@@ -61,7 +63,20 @@ impl EngineLoop {
             self.publish_gauges();
         }
         for (_, state) in self.requests.drain() {
+            self.metrics.release_in_flight();
             state.finish(FinishReason::Abort, Some("engine shut down".into()));
+        }
+        // Submissions still queued in the channel never started: end their streams too.
+        while let Ok(cmd) = self.commands.try_recv() {
+            if let Command::Submit(req) = cmd {
+                self.metrics.release_in_flight();
+                let _ = req.sender.send(Event::Finished {
+                    reason: FinishReason::Abort,
+                    prompt_tokens: req.prompt_token_ids.len(),
+                    completion_tokens: 0,
+                    error: Some("engine shut down".into()),
+                });
+            }
         }
         self.publish_gauges();
     }
@@ -112,11 +127,19 @@ impl EngineLoop {
     fn admit(&mut self, req: PendingRequest) {
         let PendingRequest { id, prompt_token_ids, params, seed, sender } = req;
         let num_prompt = prompt_token_ids.len();
-        let strategy = build_strategy(&params.decoding, &StrategyContext { tokenizer: &self.tokenizer });
+        let ctx = StrategyContext {
+            mask_token_id: self.runner.model().config().mask_token_id,
+            max_model_len: self.scheduler.config().max_model_len,
+            max_tokens: params.max_tokens,
+            metrics: Some(self.metrics.clone()),
+            ..StrategyContext::new(&self.tokenizer)
+        };
+        let strategy = build_strategy(&params.decoding, &ctx);
         let eos = self.tokenizer.eos_token_ids.clone();
         let strategy = match strategy {
             Ok(s) => s,
             Err(e) => {
+                self.metrics.release_in_flight();
                 let _ = sender.send(Event::Finished {
                     reason: FinishReason::Error,
                     prompt_tokens: num_prompt,
@@ -128,6 +151,7 @@ impl EngineLoop {
         };
         let state = RequestState::new(id, params.clone(), seed, num_prompt, sender, eos, strategy);
         if self.draining {
+            self.metrics.release_in_flight();
             state.finish(FinishReason::Abort, Some("engine is shutting down".into()));
             return;
         }
@@ -135,10 +159,17 @@ impl EngineLoop {
         match self.scheduler.add(new_seq) {
             Ok(()) => {
                 self.metrics.prompt_tokens.fetch_add(num_prompt as u64, Ordering::Relaxed);
+                let lookahead = state.strategy.lookahead_slots();
+                // A reservation, not a need (scratch rows never write the cache): a pool too
+                // small for it just runs without.
+                if lookahead > 0 && self.scheduler.set_lookahead_slots(id, lookahead).is_err() {
+                    tracing::debug!(request = id, lookahead, "lookahead slots do not fit the KV pool; skipped");
+                }
                 self.requests.insert(id, state);
             }
             Err(e) => {
                 self.metrics.requests_rejected.fetch_add(1, Ordering::Relaxed);
+                self.metrics.release_in_flight();
                 state.finish(FinishReason::Error, Some(e.to_string()));
             }
         }
@@ -174,6 +205,7 @@ impl EngineLoop {
                 return;
             }
         };
+        self.metrics.forward_rows.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
         let decisions = self.process_spans(&output, &spans);
         for (id, decision) in decisions {
             match decision {
@@ -230,8 +262,10 @@ impl EngineLoop {
                 self.finish_request(id, FinishReason::Error, Some(message));
                 return;
             }
+            let guided = token.metrics.as_ref().and_then(|m| m.guided);
             let (finish, timing) = state.append(token, &self.tokenizer);
             self.metrics.output_tokens.fetch_add(1, Ordering::Relaxed);
+            self.metrics.record_guidance(guided);
             if let Some(t) = timing.time_to_first_token {
                 self.metrics.time_to_first_token.observe(t);
             }
@@ -270,6 +304,7 @@ impl EngineLoop {
                 FinishReason::Error => 3,
             };
             self.metrics.requests_finished[index].fetch_add(1, Ordering::Relaxed);
+            self.metrics.release_in_flight();
             state.finish(reason, error);
         }
     }

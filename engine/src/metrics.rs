@@ -20,6 +20,10 @@ const LATENCY_BUCKETS: &[f64] =
     &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
 impl Histogram {
+    fn with_bounds(bounds: &'static [f64]) -> Self {
+        Self { bounds, inner: Mutex::new(HistogramInner { counts: vec![0; bounds.len()], ..Default::default() }) }
+    }
+
     fn latency() -> Self {
         Self {
             bounds: LATENCY_BUCKETS,
@@ -43,6 +47,10 @@ impl Histogram {
         self.inner.lock().count
     }
 
+    pub fn sum(&self) -> f64 {
+        self.inner.lock().sum
+    }
+
     fn render(&self, name: &str, help: &str, out: &mut String) {
         let inner = self.inner.lock().clone();
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
@@ -60,6 +68,9 @@ impl Histogram {
 pub struct EngineMetrics {
     pub requests_finished: [AtomicU64; 4],
     pub requests_rejected: AtomicU64,
+    /// Requests submitted whose `Finished` event has not been emitted yet; `submit` reserves
+    /// a slot here before queueing, so the queue bound holds exactly, between steps too.
+    pub in_flight: AtomicU64,
     pub running: AtomicU64,
     pub waiting: AtomicU64,
     pub kv_blocks_used: AtomicU64,
@@ -71,6 +82,13 @@ pub struct EngineMetrics {
     pub output_tokens: AtomicU64,
     pub steps: AtomicU64,
     pub step_errors: AtomicU64,
+    /// Tokens decoded with MTI guidance active, and those of them it guided (the trigger rate
+    /// is their ratio, the paper's "CFG usage").
+    pub mti_tokens: AtomicU64,
+    pub mti_triggered_tokens: AtomicU64,
+    /// Rows run by all forwards (token rows plus every strategy's scratch rows).
+    pub forward_rows: AtomicU64,
+    pub wedlm: WedlmMetrics,
     pub time_to_first_token: Histogram,
     pub inter_token_latency: Histogram,
     pub step_duration: Histogram,
@@ -83,6 +101,7 @@ impl Default for EngineMetrics {
         Self {
             requests_finished: Default::default(),
             requests_rejected: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
             running: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
             kv_blocks_used: AtomicU64::new(0),
@@ -94,6 +113,10 @@ impl Default for EngineMetrics {
             output_tokens: AtomicU64::new(0),
             steps: AtomicU64::new(0),
             step_errors: AtomicU64::new(0),
+            mti_tokens: AtomicU64::new(0),
+            mti_triggered_tokens: AtomicU64::new(0),
+            forward_rows: AtomicU64::new(0),
+            wedlm: WedlmMetrics::default(),
             time_to_first_token: Histogram::latency(),
             inter_token_latency: Histogram::latency(),
             step_duration: Histogram::latency(),
@@ -104,6 +127,34 @@ impl Default for EngineMetrics {
 impl EngineMetrics {
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+
+    /// Reserves an in-flight slot unless `limit` are already taken.
+    pub fn try_reserve_in_flight(&self, limit: u64) -> bool {
+        self.in_flight
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < limit).then_some(n + 1))
+            .is_ok()
+    }
+
+    /// Releases a slot: called just before a request's `Finished` event is sent.
+    pub fn release_in_flight(&self) {
+        let _ = self
+            .in_flight
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+    }
+
+    /// Counts one emitted token by its `TokenMetrics::guided` flag (None: not an MTI token).
+    pub fn record_guidance(&self, guided: Option<bool>) {
+        if let Some(triggered) = guided {
+            self.mti_tokens.fetch_add(1, Ordering::Relaxed);
+            self.mti_triggered_tokens.fetch_add(u64::from(triggered), Ordering::Relaxed);
+        }
+    }
+
+    /// Guided share of MTI tokens so far; None before any.
+    pub fn mti_trigger_rate(&self) -> Option<f64> {
+        let tokens = self.mti_tokens.load(Ordering::Relaxed);
+        (tokens > 0).then(|| self.mti_triggered_tokens.load(Ordering::Relaxed) as f64 / tokens as f64)
     }
 
     /// Prometheus text exposition format.
@@ -120,7 +171,8 @@ impl EngineMetrics {
             "entrobatch_requests_total{{outcome=\"rejected\"}} {}",
             g(&self.requests_rejected)
         );
-        let scalars: [(&str, &str, &str, &AtomicU64); 11] = [
+        let scalars: [(&str, &str, &str, &AtomicU64); 12] = [
+            ("entrobatch_num_requests_in_flight", "gauge", "Requests submitted and not yet finished.", &self.in_flight),
             ("entrobatch_num_requests_running", "gauge", "Sequences in the running set.", &self.running),
             ("entrobatch_num_requests_waiting", "gauge", "Sequences waiting for admission.", &self.waiting),
             ("entrobatch_kv_blocks_used", "gauge", "KV cache blocks in use.", &self.kv_blocks_used),
@@ -136,6 +188,14 @@ impl EngineMetrics {
         for (name, kind, help, c) in scalars {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}", g(c));
         }
+        let mti: [(&str, &str, &AtomicU64); 2] = [
+            ("entrobatch_mti_tokens_total", "Tokens decoded with MTI guidance active.", &self.mti_tokens),
+            ("entrobatch_mti_triggered_tokens_total", "MTI tokens whose entropy triggered guidance.", &self.mti_triggered_tokens),
+        ];
+        for (name, help, c) in mti {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", g(c));
+        }
+        self.wedlm.render(&self.forward_rows, &mut out);
         self.time_to_first_token.render(
             "entrobatch_time_to_first_token_seconds",
             "Time from submit to the first token.",
@@ -152,5 +212,58 @@ impl EngineMetrics {
             &mut out,
         );
         out
+    }
+}
+
+/// Per-request tokens-per-forward buckets: 1 is autoregressive pace, W the most a window gives.
+const TOKENS_PER_FORWARD_BUCKETS: &[f64] = &[1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0];
+
+/// WeDLM parallel decoding. `tokens / forwards` is the reference engine's
+/// `tokens_per_forward` (committed tokens over the sum, across steps, of active WeDLM sequences).
+pub struct WedlmMetrics {
+    /// Window forwards: one per WeDLM sequence per forward that ran its window.
+    pub forwards: AtomicU64,
+    /// Tokens those forwards committed.
+    pub tokens: AtomicU64,
+    /// Window (scratch) rows those forwards ran.
+    pub window_rows: AtomicU64,
+    /// Each finished WeDLM request's own tokens per forward.
+    pub request_tokens_per_forward: Histogram,
+}
+
+impl Default for WedlmMetrics {
+    fn default() -> Self {
+        Self {
+            forwards: AtomicU64::new(0),
+            tokens: AtomicU64::new(0),
+            window_rows: AtomicU64::new(0),
+            request_tokens_per_forward: Histogram::with_bounds(TOKENS_PER_FORWARD_BUCKETS),
+        }
+    }
+}
+
+impl WedlmMetrics {
+    /// Committed tokens per window forward over all WeDLM requests so far; None before any.
+    pub fn tokens_per_forward(&self) -> Option<f64> {
+        let forwards = self.forwards.load(Ordering::Relaxed);
+        (forwards > 0).then(|| self.tokens.load(Ordering::Relaxed) as f64 / forwards as f64)
+    }
+
+    fn render(&self, forward_rows: &AtomicU64, out: &mut String) {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let counters: [(&str, &str, &AtomicU64); 4] = [
+            ("entrobatch_forward_rows_total", "Rows run by all forwards, scratch rows included.", forward_rows),
+            ("entrobatch_wedlm_forwards_total", "WeDLM window forwards (sequences x steps).", &self.forwards),
+            ("entrobatch_wedlm_committed_tokens_total", "Tokens committed by WeDLM windows.", &self.tokens),
+            ("entrobatch_wedlm_window_rows_total", "Window rows run by WeDLM sequences.", &self.window_rows),
+        ];
+        for (name, help, c) in counters {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", g(c));
+        }
+        self.request_tokens_per_forward.render(
+            "entrobatch_wedlm_request_tokens_per_forward",
+            "Committed tokens per window forward of each finished WeDLM request.",
+            out,
+        );
     }
 }

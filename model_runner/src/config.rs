@@ -8,6 +8,9 @@ use crate::error::{ModelError, Result};
 pub enum Architecture {
     Llama,
     Qwen2,
+    /// Qwen3 layout: no QKV bias, RMSNorm on each query/key head before RoPE (Hugging Face
+    /// checkpoints only; WeDLM-8B is one).
+    Qwen3,
 }
 
 impl Architecture {
@@ -25,6 +28,7 @@ impl Architecture {
         match self {
             Self::Llama => "llama",
             Self::Qwen2 => "qwen2",
+            Self::Qwen3 => "qwen3",
         }
     }
 }
@@ -46,6 +50,10 @@ pub struct ModelConfig {
     pub rope_interleaved: bool,
     pub rms_norm_eps: f32,
     pub qkv_bias: bool,
+    /// Per-head RMSNorm of Q and K before RoPE (Qwen3's QK-norm).
+    pub qk_norm: bool,
+    /// The `[MASK]` id WeDLM checkpoints predict through; `None` for ordinary models.
+    pub mask_token_id: Option<u32>,
 }
 
 impl ModelConfig {
@@ -90,6 +98,8 @@ impl ModelConfig {
             rope_interleaved: architecture == Architecture::Llama,
             rms_norm_eps: metadata_f32(content, &key("attention.layer_norm_rms_epsilon"))?,
             qkv_bias: architecture == Architecture::Qwen2,
+            qk_norm: false,
+            mask_token_id: None,
         })
     }
 

@@ -6,20 +6,42 @@ use crate::error::Result;
 /// How projections multiply a batch of rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatmulMode {
-    /// candle's quantized kernels for every batch, with attention mirroring candle-transformers'
-    /// ops: results comparable bit for bit with its reference models (see `attention_exact`).
-    /// Least memory, but on CPU the kernels decode the weights again for every row, so a step
-    /// of 64 rows costs almost 64 single rows.
+    /// candle's quantized kernels for every batch: each row's result is independent of the
+    /// other rows (for the GGUF types without row-count-dependent kernels, e.g. Q4_1, Q8_0),
+    /// so a seeded request draws the same tokens whatever else is in the batch. Least memory,
+    /// but on CPU the kernels decode the weights again for every row, so a step of 64 rows
+    /// costs almost 64 single rows.
     Quantized,
     /// Keep an f32 copy of every weight and run a GEMM once a step has at least `min_rows`
     /// rows, amortising weight decoding over the rows; fewer rows keep the quantized GEMV.
     DenseAbove { min_rows: usize },
 }
 
+/// The default keeps results independent of batch composition (the per-request seed
+/// promise); `DenseAbove` is the opt-in throughput mode.
 impl Default for MatmulMode {
     fn default() -> Self {
+        Self::Quantized
+    }
+}
+
+impl MatmulMode {
+    /// The throughput mode: GEMM over f32 weights once a step has 8 rows or more.
+    pub fn fast() -> Self {
         Self::DenseAbove { min_rows: 8 }
     }
+}
+
+/// How attention is computed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttentionKernel {
+    /// The block-table-aware fused CPU kernel (`attention.rs`): each row independent of the
+    /// batch, no gathers.
+    #[default]
+    Fused,
+    /// candle tensor ops mirroring candle-transformers' reference models (`attention_exact.rs`),
+    /// for bit-comparable tests; slower with many sequences.
+    CandleMirror,
 }
 
 /// A projection `y = x W^T (+ b)` over `[rows, in]` activations.
@@ -42,6 +64,20 @@ impl Linear {
             }
         };
         Ok(Self { quantized: QMatMul::from_qtensor(weight)?, dense_t, bias, min_dense_rows })
+    }
+
+    /// A dense projection from an `[out, in]` weight of any float dtype (Hugging Face
+    /// safetensors are bf16 or f32), kept once as f32 `W^T`: the GEMM serves every row count,
+    /// and the fallback matmul is a view of the same storage, so an 8B model holds one copy.
+    pub fn from_dense(weight: &Tensor, bias: Option<Tensor>) -> Result<Self> {
+        let dense_t = weight.to_dtype(candle_core::DType::F32)?.t()?.contiguous()?;
+        let bias = bias.map(|b| b.to_dtype(candle_core::DType::F32)).transpose()?;
+        Ok(Self {
+            quantized: QMatMul::Tensor(dense_t.t()?),
+            dense_t: Some(dense_t),
+            bias,
+            min_dense_rows: 0,
+        })
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {

@@ -9,9 +9,13 @@ use crate::batch::ForwardBatch;
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::kv_cache::KvCache;
-use crate::linear::{Linear, MatmulMode};
+use crate::linear::{AttentionKernel, Linear, MatmulMode};
 use crate::metrics::AttnMetrics;
 use crate::rope::Rope;
+
+// Hugging Face safetensors loading builds `Model`/`Layer` directly, so it lives in a child module.
+#[path = "hf_weights.rs"]
+mod hf_weights;
 
 struct Layer {
     attn_norm: Tensor,
@@ -19,6 +23,9 @@ struct Layer {
     wk: Linear,
     wv: Linear,
     wo: Linear,
+    /// Qwen3 QK-norm weights (`[head_dim]`), applied to every head before RoPE.
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
     ffn_norm: Tensor,
     w_gate: Linear,
     w_up: Linear,
@@ -93,6 +100,8 @@ impl Model {
                 wk: Linear::new(tensor(&format!("{p}.attn_k.weight"))?, bk, mode)?,
                 wv: Linear::new(tensor(&format!("{p}.attn_v.weight"))?, bv, mode)?,
                 wo: Linear::new(tensor(&format!("{p}.attn_output.weight"))?, None, mode)?,
+                q_norm: None,
+                k_norm: None,
                 ffn_norm: tensor(&format!("{p}.ffn_norm.weight"))?.dequantize(&device)?,
                 w_gate: Linear::new(tensor(&format!("{p}.ffn_gate.weight"))?, None, mode)?,
                 w_up: Linear::new(tensor(&format!("{p}.ffn_up.weight"))?, None, mode)?,
@@ -105,8 +114,12 @@ impl Model {
             config.max_position_embeddings,
             config.rope_interleaved,
         );
-        let exact_attention = mode == MatmulMode::Quantized;
-        Ok(Self { config, embedding, layers, final_norm, lm_head, rope, device, exact_attention })
+        Ok(Self { config, embedding, layers, final_norm, lm_head, rope, device, exact_attention: false })
+    }
+
+    /// Chooses the attention implementation (the fused paged kernel by default).
+    pub fn set_attention_kernel(&mut self, kernel: AttentionKernel) {
+        self.exact_attention = kernel == AttentionKernel::CandleMirror;
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -136,8 +149,8 @@ impl Model {
         let last_layer = self.layers.len().saturating_sub(1);
         for (l, layer) in self.layers.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
-            let mut q = to_vec(&layer.wq.forward(&h)?)?;
-            let mut k = to_vec(&layer.wk.forward(&h)?)?;
+            let mut q = to_vec(&head_rms_norm(layer.wq.forward(&h)?, layer.q_norm.as_ref(), cfg.head_dim, eps)?)?;
+            let mut k = to_vec(&head_rms_norm(layer.wk.forward(&h)?, layer.k_norm.as_ref(), cfg.head_dim, eps)?)?;
             let v = to_vec(&layer.wv.forward(&h)?)?;
             self.rope.apply(&mut q, cfg.num_heads, &batch.positions);
             self.rope.apply(&mut k, cfg.num_kv_heads, &batch.positions);
@@ -169,6 +182,14 @@ impl Model {
         };
         Ok(ForwardOutput { logits, vocab_size: cfg.vocab_size, attn_metrics })
     }
+}
+
+/// RMSNorm over each `head_dim` slice of `[rows, heads * head_dim]` (no-op without a weight).
+fn head_rms_norm(x: Tensor, weight: Option<&Tensor>, head_dim: usize, eps: f32) -> Result<Tensor> {
+    let Some(w) = weight else { return Ok(x) };
+    let (rows, width) = x.dims2()?;
+    let heads = candle_nn::ops::rms_norm(&x.reshape((rows * width / head_dim, head_dim))?, w, eps)?;
+    Ok(heads.reshape((rows, width))?)
 }
 
 fn to_vec(t: &Tensor) -> Result<Vec<f32>> {

@@ -19,9 +19,24 @@ pub fn load_gguf(path: &Path, mode: MatmulMode) -> Result<(Model, GgufTokenizer)
     let tokenizer = GgufTokenizer::from_gguf(&content)?;
     let model = Model::from_gguf(&content, &mut file, mode).map_err(|e| match e {
         ModelError::Candle(c) => load_err(format!("corrupt or truncated tensor data ({c})")),
+        // Tensor reads name the tensor; say which file it came from and what to do.
+        ModelError::Load { path: tensor, message } => load_err(format!(
+            "tensor {tensor}: {message}; the file looks corrupt or truncated, fetch it again"
+        )),
         other => other,
     })?;
     Ok((model, tokenizer))
+}
+
+/// Loads a model by path: a directory is a Hugging Face checkpoint (`config.json`,
+/// safetensors, `tokenizer.json`), anything else a GGUF file. `mode` applies to GGUF weights;
+/// checkpoint weights are always dense f32.
+pub fn load_model(path: &Path, mode: MatmulMode) -> Result<(Model, GgufTokenizer)> {
+    if path.is_dir() {
+        crate::hf_loader::load_hf_dir(path)
+    } else {
+        load_gguf(path, mode)
+    }
 }
 
 /// Executes one packed batch per engine step against the paged KV cache it owns.

@@ -16,6 +16,9 @@ use tokenizers::{AddedToken, Tokenizer};
 mod meta;
 #[path = "tokenizer_pretok.rs"]
 mod pretok;
+// `GgufTokenizer::from_hf` / `from_hf_dir`: the same wrapper around a Hugging Face tokenizer.json.
+#[path = "hf_tokenizer.rs"]
+mod hf;
 
 use pretok::pipeline_for;
 

@@ -11,14 +11,17 @@
 //!    -> inverse-CDF draw with `uniform(seed, step, 0)`.
 
 mod entropy;
+pub mod entropix;
 mod error;
 mod filter;
 mod logprobs;
+pub mod mti;
 mod nucleus;
 mod params;
 mod penalties;
 mod rng;
 mod sampler;
+pub mod wedlm;
 
 pub use entropy::{entropy_nats, entropy_varentropy_nats};
 pub use error::SamplerError;

@@ -1,4 +1,5 @@
 //! Throughput measurement shared by `benches/throughput.rs` and `entrobatch bench throughput`.
 
 pub mod baseline;
+pub mod strategy_compare;
 pub mod throughput;

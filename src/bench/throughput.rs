@@ -5,7 +5,7 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::{Engine, EngineConfig, Event, GenerationParams, Prompt, Request, SamplingParams};
+use crate::{Decoding, Engine, EngineConfig, Event, GenerationParams, Prompt, Request, SamplingParams};
 
 #[derive(Clone, Debug)]
 pub struct ThroughputConfig {
@@ -19,6 +19,8 @@ pub struct ThroughputConfig {
     /// subset measures the same tokens/s). 0 skips it.
     pub baseline_requests: usize,
     pub engine: Option<EngineConfig>,
+    /// How every request decodes (plain, MTI, ...); greedy sampling underneath.
+    pub decoding: Decoding,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -45,6 +47,12 @@ pub struct ThroughputReport {
     pub total_speedup: Option<f64>,
     pub preemptions: u64,
     pub steps: u64,
+    pub decoding: Decoding,
+    pub output_tokens: usize,
+    /// Guided share of MTI tokens (the engine's MTI counters); None without MTI tokens.
+    pub mti_trigger_rate: Option<f64>,
+    /// Tokens per entropix branch; None without entropix tokens.
+    pub entropix_branches: Option<std::collections::BTreeMap<String, usize>>,
 }
 
 /// Deterministic prompts of `len` ordinary tokens, distinct per request so the prefix cache
@@ -68,7 +76,13 @@ pub fn synthetic_prompts(vocab: usize, n: usize, len: usize) -> Vec<Vec<u32>> {
 }
 
 pub fn run(config: &ThroughputConfig, mut on_progress: impl FnMut(usize)) -> Result<ThroughputReport> {
-    let mut engine_config = config.engine.clone().unwrap_or_else(|| EngineConfig::new(&config.model));
+    let mut engine_config = config.engine.clone().unwrap_or_else(|| {
+        // Throughput runs measure the fast path; the default mode trades speed for
+        // batch-invariant results.
+        let mut c = EngineConfig::new(&config.model);
+        c.matmul_mode = crate::MatmulMode::fast();
+        c
+    });
     engine_config.max_num_seqs = config.concurrency;
     let engine = Engine::start(engine_config)?;
     let prompts = synthetic_prompts(engine.info().model_config.vocab_size, config.requests, config.prompt_len);
@@ -76,6 +90,9 @@ pub fn run(config: &ThroughputConfig, mut on_progress: impl FnMut(usize)) -> Res
         sampling: SamplingParams::greedy(),
         max_tokens: config.output_len,
         ignore_eos: true,
+        decoding: config.decoding.clone(),
+        // Entropix tokens report their branch, for the branch distribution.
+        return_metrics: matches!(config.decoding, Decoding::Entropix(_)),
         ..GenerationParams::default()
     };
     let start = Instant::now();
@@ -85,6 +102,7 @@ pub fn run(config: &ThroughputConfig, mut on_progress: impl FnMut(usize)) -> Res
         .collect::<std::result::Result<Vec<_>, _>>()?;
     // Time to the last first-token approximates the end of the prefill-dominated phase.
     let mut output_tokens = 0usize;
+    let mut branches = std::collections::BTreeMap::<String, usize>::new();
     let mut last_first_token = 0f64;
     for (i, mut handle) in handles.into_iter().enumerate() {
         let mut first = true;
@@ -96,6 +114,9 @@ pub fn run(config: &ThroughputConfig, mut on_progress: impl FnMut(usize)) -> Res
                         first = false;
                     }
                     output_tokens += tokens.len();
+                    for b in tokens.iter().filter_map(|t| t.metrics.as_ref()?.branch.clone()) {
+                        *branches.entry(b).or_default() += 1;
+                    }
                 }
                 Event::Finished { error: Some(e), .. } => anyhow::bail!("request {i} failed: {e}"),
                 Event::Finished { .. } => {}
@@ -107,6 +128,7 @@ pub fn run(config: &ThroughputConfig, mut on_progress: impl FnMut(usize)) -> Res
     let metrics = engine.metrics();
     let preemptions = metrics.preemptions.load(Ordering::Relaxed);
     let steps = metrics.steps.load(Ordering::Relaxed);
+    let mti_trigger_rate = metrics.mti_trigger_rate();
     engine.shutdown(crate::ShutdownMode::Finish);
     let prompt_tokens = config.requests * config.prompt_len;
     let decode_secs = (wall - last_first_token).max(1e-9);
@@ -133,6 +155,10 @@ pub fn run(config: &ThroughputConfig, mut on_progress: impl FnMut(usize)) -> Res
         baseline_requests: config.baseline_requests,
         preemptions,
         steps,
+        decoding: config.decoding.clone(),
+        output_tokens,
+        mti_trigger_rate,
+        entropix_branches: (!branches.is_empty()).then_some(branches),
     })
 }
 

@@ -1,4 +1,10 @@
+pub mod bench;
+pub mod entropix;
+pub mod loadtest;
+pub mod plot_metrics;
+pub mod prompts;
 pub mod run;
+pub mod serve;
 
 use std::path::{Path, PathBuf};
 

@@ -4,8 +4,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use entrobatch::{
-    ChatMessage, Engine, EngineConfig, Event, GenerationParams, Prompt, Request, SamplingParams,
+    ChatMessage, Decoding, Engine, EngineConfig, Event, GenerationParams, Prompt, Request, SamplingParams,
 };
+use entrobatch::strategy::{MtiConfig, TriggerStats};
 use serde_json::json;
 
 #[derive(Args, Debug)]
@@ -40,6 +41,73 @@ pub struct RunArgs {
     /// One JSON object per prompt per line instead of streamed text.
     #[arg(long)]
     pub json: bool,
+    /// Throughput mode: GEMM over dequantized weights for steps of 8+ rows. Faster for
+    /// many prompts, but a request's numerics then depend on what is batched with it.
+    #[arg(long)]
+    pub fast: bool,
+    /// Decoding strategy.
+    #[arg(long, value_enum, default_value_t = StrategyName::Plain)]
+    pub strategy: StrategyName,
+    /// MTI: guide tokens whose conditional entropy (nats) exceeds this; negative = every
+    /// token, `inf` = none [default: 1.0].
+    #[arg(long, allow_negative_numbers = true)]
+    pub entropy_threshold: Option<f32>,
+    /// MTI: classifier-free guidance scale (1 = off) [default: 1.5].
+    #[arg(long)]
+    pub guidance_scale: Option<f32>,
+    /// MTI: negative prompt appended to the context for the unconditional branch
+    /// [default: "OUTPUT ERROR"].
+    #[arg(long)]
+    pub negative_prompt: Option<String>,
+    /// Entropix: a JSON object (or a file holding one) overriding `EntropixConfig` fields,
+    /// e.g. '{"high_ent_thresh": 4.0}'; missing fields keep their v1 defaults.
+    #[arg(long)]
+    pub entropix_config: Option<String>,
+    /// Entropix: candidates the adaptive branch draws (1..=12) [default: 5].
+    #[arg(long)]
+    pub entropix_samples: Option<usize>,
+    /// Print one line per token (entropy, varentropy, attention metrics, entropix branch),
+    /// coloured by quadrant on a terminal.
+    #[arg(long)]
+    pub show_metrics: bool,
+    /// Also run the built-in prompt set (it includes "Which number is bigger, 9.9 or 9.11?").
+    #[arg(long = "prompts")]
+    pub builtin_prompts: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StrategyName {
+    Plain,
+    /// Entropy-triggered classifier-free guidance.
+    Mti,
+    /// Entropix v1: quadrant-adaptive sampling from logit and attention entropy.
+    Entropix,
+}
+
+/// The request's decoding strategy from the flags; strategy flags need their strategy.
+fn decoding(args: &RunArgs) -> Result<Decoding> {
+    let mti_flags = args.entropy_threshold.is_some() || args.guidance_scale.is_some() || args.negative_prompt.is_some();
+    if mti_flags && args.strategy != StrategyName::Mti {
+        anyhow::bail!("--entropy-threshold, --guidance-scale and --negative-prompt need --strategy mti");
+    }
+    if (args.entropix_config.is_some() || args.entropix_samples.is_some()) && args.strategy != StrategyName::Entropix {
+        anyhow::bail!("--entropix-config and --entropix-samples need --strategy entropix");
+    }
+    Ok(match args.strategy {
+        StrategyName::Plain => Decoding::Plain,
+        StrategyName::Entropix => Decoding::Entropix(super::entropix::config_from_flags(
+            args.entropix_config.as_deref(),
+            args.entropix_samples,
+        )?),
+        StrategyName::Mti => {
+            let d = MtiConfig::default();
+            Decoding::Mti(MtiConfig {
+                entropy_threshold: args.entropy_threshold.unwrap_or(d.entropy_threshold),
+                guidance_scale: args.guidance_scale.unwrap_or(d.guidance_scale),
+                negative_prompt: args.negative_prompt.clone().unwrap_or(d.negative_prompt),
+            })
+        }
+    })
 }
 
 pub fn run(args: RunArgs) -> Result<()> {
@@ -50,10 +118,17 @@ pub fn run(args: RunArgs) -> Result<()> {
             .with_context(|| format!("cannot read prompts file {}", file.display()))?;
         prompts.extend(text.lines().filter(|l| !l.trim().is_empty()).map(str::to_string));
     }
-    if prompts.is_empty() {
-        anyhow::bail!("no prompt given: pass --prompt TEXT or --prompts-file FILE");
+    if args.builtin_prompts {
+        prompts.extend(super::prompts::BUILTIN_PROMPTS.iter().map(|p| p.to_string()));
     }
-    let engine = Engine::start(EngineConfig::new(model))?;
+    if prompts.is_empty() {
+        anyhow::bail!("no prompt given: pass --prompt TEXT, --prompts-file FILE or --prompts");
+    }
+    let mut config = EngineConfig::new(model);
+    if args.fast {
+        config.matmul_mode = entrobatch::MatmulMode::fast();
+    }
+    let engine = Engine::start(config)?;
     let params = GenerationParams {
         sampling: SamplingParams {
             temperature: args.temperature,
@@ -65,6 +140,8 @@ pub fn run(args: RunArgs) -> Result<()> {
         },
         max_tokens: args.max_tokens,
         ignore_eos: args.ignore_eos,
+        decoding: decoding(&args)?,
+        return_metrics: args.show_metrics || args.json,
         ..GenerationParams::default()
     };
     let mut handles = Vec::with_capacity(prompts.len());
@@ -85,7 +162,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     for (text, mut handle) in prompts.iter().zip(handles) {
         if args.json {
             let result = handle.collect_blocking();
-            let line = json!({
+            let mut line = json!({
                 "prompt": text,
                 "prompt_token_ids": result.prompt_token_ids,
                 "token_ids": result.token_ids,
@@ -93,20 +170,45 @@ pub fn run(args: RunArgs) -> Result<()> {
                 "finish_reason": result.finish_reason.as_str(),
                 "error": result.error,
             });
+            line["decoding"] = serde_json::to_value(&params.decoding)?;
+            line["tokens"] = super::entropix::token_records(&result.tokens, engine.tokenizer());
+            if args.strategy == StrategyName::Mti {
+                let stats = TriggerStats::from_tokens(&result.tokens);
+                line["mti"] = json!({
+                    "tokens": stats.tokens,
+                    "triggered": stats.triggered,
+                    "trigger_rate": stats.rate(),
+                });
+            }
             writeln!(out, "{line}")?;
             continue;
         }
         if many {
             writeln!(out, "=== {text}")?;
         }
+        let mut mti = TriggerStats::default();
+        let mut trace = super::entropix::TokenTrace::new();
         while let Some(event) = handle.next_blocking() {
             match event {
-                Event::Tokens { text, .. } => {
-                    write!(out, "{text}")?;
+                Event::Tokens { text, tokens } => {
+                    let s = TriggerStats::from_tokens(&tokens);
+                    mti = TriggerStats { tokens: mti.tokens + s.tokens, triggered: mti.triggered + s.triggered };
+                    if args.show_metrics {
+                        trace.tokens(&mut out, &tokens, &text, engine.tokenizer())?;
+                    } else {
+                        write!(out, "{text}")?;
+                    }
                     out.flush()?;
                 }
                 Event::Finished { reason, error, .. } => {
                     writeln!(out)?;
+                    if args.show_metrics {
+                        trace.finish(&mut out)?;
+                    }
+                    if args.strategy == StrategyName::Mti {
+                        let (rate, k, n) = (100.0 * mti.rate(), mti.triggered, mti.tokens);
+                        writeln!(out, "[mti trigger rate: {rate:.1}% ({k} of {n} tokens guided)]")?;
+                    }
                     if let Some(e) = error {
                         eprintln!("request failed ({}): {e}", reason.as_str());
                     }

@@ -74,6 +74,20 @@ fn load_reference(path: &Path, arch: RefArch) -> RefModel {
 
 /// Greedy tokens from candle-transformers' own model, one prompt at a time, no EOS stop.
 pub fn reference_greedy(path: &Path, arch: RefArch, prompts: &[Vec<u32>], n: usize) -> Vec<Vec<u32>> {
+    reference_greedy_with_top(path, arch, prompts, n, 0)
+        .into_iter()
+        .map(|steps| steps.into_iter().map(|s| s.0).collect())
+        .collect()
+}
+
+/// Greedy tokens plus, per step, the top `k` (token, logprob) of the reference distribution.
+pub fn reference_greedy_with_top(
+    path: &Path,
+    arch: RefArch,
+    prompts: &[Vec<u32>],
+    n: usize,
+    k: usize,
+) -> Vec<Vec<(u32, Vec<(u32, f32)>)>> {
     prompts
         .iter()
         .map(|prompt| {
@@ -84,7 +98,7 @@ pub fn reference_greedy(path: &Path, arch: RefArch, prompts: &[Vec<u32>], n: usi
             let mut logits = model.forward(&input, 0);
             for i in 0..n {
                 let next = argmax(&logits);
-                out.push(next);
+                out.push((next, top_logprobs(&logits, k)));
                 if i + 1 == n {
                     break;
                 }
@@ -127,4 +141,38 @@ pub fn varied_prompts() -> Vec<String> {
         "Once upon a time, in a small village near the mountains, there lived an old clockmaker who".to_string(),
         format!("{} And so", "One two three four five six seven eight nine ten. ".repeat(6)),
     ]
+}
+
+fn top_logprobs(logits: &Tensor, k: usize) -> Vec<(u32, f32)> {
+    if k == 0 {
+        return Vec::new();
+    }
+    let v = logits.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let lp = entrobatch::sampler::log_softmax(&v);
+    let mut idx: Vec<usize> = (0..lp.len()).collect();
+    idx.sort_by(|&a, &b| lp[b].total_cmp(&lp[a]));
+    idx.into_iter().take(k).map(|i| (i as u32, lp[i])).collect()
+}
+
+/// vLLM's `check_logprobs_close` rule for paths whose arithmetic differs from the reference:
+/// sequences must agree until they diverge, and where they first diverge each side's token
+/// must be among the other's top candidates (a near-tie), after which the contexts differ
+/// and comparison stops. Returns the index of the first divergence, if any.
+pub fn assert_close_greedy(
+    label: &str,
+    got: &[(u32, Vec<(u32, f32)>)],
+    expected: &[(u32, Vec<(u32, f32)>)],
+) -> Option<usize> {
+    for (i, ((g, g_top), (e, e_top))) in got.iter().zip(expected).enumerate() {
+        if g == e {
+            continue;
+        }
+        assert!(
+            e_top.iter().any(|(t, _)| t == g) && g_top.iter().any(|(t, _)| t == e),
+            "{label}: step {i} chose {g} where the reference chose {e}, and they are not near-ties \
+             (reference top {e_top:?}, ours top {g_top:?})"
+        );
+        return Some(i);
+    }
+    None
 }

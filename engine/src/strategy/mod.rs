@@ -2,14 +2,21 @@
 //! engine loop asks it which extra rows its sequence adds to the next forward, which rows
 //! need logits, and what to do with them. Plain, entropix, MTI and WeDLM differ only here.
 
+mod entropix;
+mod mti;
 mod plain;
+mod wedlm;
 
 use entrobatch_model_runner::AttnMetrics;
 use entrobatch_sampler::SamplingParams;
 use serde::{Deserialize, Serialize};
 
 use crate::event::GeneratedToken;
+pub use entropix::{find_pause_token, EntropixStrategy, PAUSE_TOKEN_TEXTS};
+pub use entrobatch_sampler::entropix::EntropixConfig;
+pub use mti::{MtiConfig, MtiStrategy, TriggerStats};
 pub use plain::PlainStrategy;
+pub use wedlm::{WedlmConfig, WedlmStrategy};
 
 /// The decoding strategy a request asks for, with its parameters.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -17,6 +24,12 @@ pub use plain::PlainStrategy;
 pub enum Decoding {
     #[default]
     Plain,
+    /// Entropix v1 adaptive sampling from logit and attention entropy.
+    Entropix(EntropixConfig),
+    /// Entropy-triggered classifier-free guidance (MTI).
+    Mti(MtiConfig),
+    /// WeDLM streaming parallel decoding of mask windows (needs a WeDLM checkpoint).
+    Wedlm(WedlmConfig),
 }
 
 /// A row this sequence adds to the forward after its scheduled token rows, inside its own
@@ -87,6 +100,12 @@ pub trait SequenceStrategy: Send {
     /// The sequence was preempted: drop state tied to its KV (a WeDLM window, pending MTI rows).
     fn on_preempted(&mut self) {}
 
+    /// KV slots the sequence's block table must cover beyond its tokens, set once at
+    /// admission (`Scheduler::set_lookahead_slots`).
+    fn lookahead_slots(&self) -> usize {
+        0
+    }
+
     /// Strategy statistics for the request's final report (e.g. MTI trigger rate).
     fn summary(&self) -> Option<serde_json::Value> {
         None
@@ -96,6 +115,20 @@ pub trait SequenceStrategy: Send {
 /// Context a strategy may need at creation (tokenizer lookups such as a pause token).
 pub struct StrategyContext<'a> {
     pub tokenizer: &'a entrobatch_model_runner::GgufTokenizer,
+    /// The model's `[MASK]` id (WeDLM checkpoints); `None` for ordinary models.
+    pub mask_token_id: Option<u32>,
+    /// The engine's context limit and the request's `max_tokens`: where a WeDLM window stops.
+    pub max_model_len: usize,
+    pub max_tokens: usize,
+    /// Live counters a strategy may update; `None` when it is built only to validate a request.
+    pub metrics: Option<std::sync::Arc<crate::metrics::EngineMetrics>>,
+}
+
+impl<'a> StrategyContext<'a> {
+    /// No mask token, no limits, no metrics: enough for strategies that only need the tokenizer.
+    pub fn new(tokenizer: &'a entrobatch_model_runner::GgufTokenizer) -> Self {
+        Self { tokenizer, mask_token_id: None, max_model_len: usize::MAX, max_tokens: usize::MAX, metrics: None }
+    }
 }
 
 pub fn build_strategy(
@@ -104,5 +137,15 @@ pub fn build_strategy(
 ) -> Result<Box<dyn SequenceStrategy>, String> {
     match decoding {
         Decoding::Plain => Ok(Box::new(PlainStrategy::default())),
+        Decoding::Entropix(config) => Ok(Box::new(EntropixStrategy::new(config.clone(), _ctx)?)),
+        Decoding::Mti(config) => Ok(Box::new(MtiStrategy::build(config, _ctx.tokenizer)?)),
+        Decoding::Wedlm(config) => {
+            let mask = _ctx.mask_token_id.ok_or(
+                "wedlm: this model has no mask token (a WeDLM checkpoint names `mask_token_id` in its \
+                 config.json); use plain decoding",
+            )?;
+            let metrics = _ctx.metrics.clone();
+            Ok(Box::new(WedlmStrategy::new(config, mask, _ctx.max_tokens, _ctx.max_model_len, metrics)?))
+        }
     }
 }

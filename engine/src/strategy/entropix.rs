@@ -1,0 +1,118 @@
+//! Entropix v1 per sequence: the sampler's `entropix_sample` on the raw logits plus the last
+//! layer's attention metrics of this sequence's sampled row (the runner computes them only
+//! for spans whose strategy asks, so plain rows in the same batch cost nothing extra).
+
+use entrobatch_model_runner::{AttnMetrics, GgufTokenizer};
+use entrobatch_sampler::entropix::{entropix_sample, AttentionStats, Branch, EntropixConfig, EntropixInput};
+use entrobatch_sampler::{apply_penalties, needs_penalties, top_logprobs};
+
+use super::{SequenceStrategy, StrategyContext, StrategyInput, StrategyOutput};
+use crate::event::{GeneratedToken, TokenLogprob, TokenMetrics};
+
+/// Texts tried, in order, for the pause / clarification token. The first that the model's
+/// tokenizer encodes as exactly one token wins: `" ..."` is Llama-3's 2564 (the reference's
+/// pause token); vocabularies without it get a bare `"..."`, else the clarifying-question
+/// `"?"` of seed 001 (with or without a leading space).
+pub const PAUSE_TOKEN_TEXTS: [&str; 4] = [" ...", "...", " ?", "?"];
+
+/// Looks up the pause token in the model's vocabulary; `None` if no candidate is one token.
+pub fn find_pause_token(tokenizer: &GgufTokenizer) -> Option<u32> {
+    PAUSE_TOKEN_TEXTS.iter().find_map(|text| match tokenizer.encode(text, false) {
+        Ok(ids) if ids.len() == 1 => Some(ids[0]),
+        _ => None,
+    })
+}
+
+pub struct EntropixStrategy {
+    config: EntropixConfig,
+    pause_token: Option<u32>,
+    /// Tokens per branch, in `Branch::ALL` order, for the request summary.
+    branch_counts: [u64; 6],
+}
+
+impl EntropixStrategy {
+    pub fn new(config: EntropixConfig, ctx: &StrategyContext<'_>) -> Result<Self, String> {
+        config.validate().map_err(|e| format!("invalid entropix config: {e}"))?;
+        let vocab = ctx.tokenizer.vocab_size;
+        let pause_token = match config.pause_token_id {
+            Some(id) if (id as usize) < vocab => Some(id),
+            Some(id) => return Err(format!("entropix pause_token_id {id} is outside the vocabulary of {vocab}")),
+            None => find_pause_token(ctx.tokenizer),
+        };
+        Ok(Self { config, pause_token, branch_counts: [0; 6] })
+    }
+
+    pub fn pause_token(&self) -> Option<u32> {
+        self.pause_token
+    }
+}
+
+fn to_stats(m: AttnMetrics) -> AttentionStats {
+    AttentionStats {
+        entropy: m.entropy,
+        varentropy: m.varentropy,
+        agreement: m.agreement,
+        interaction_strength: m.interaction_strength,
+    }
+}
+
+impl SequenceStrategy for EntropixStrategy {
+    fn wants_attn_metrics(&self) -> bool {
+        true
+    }
+
+    fn process(&mut self, input: StrategyInput<'_>) -> Result<StrategyOutput, String> {
+        let Some(&logits) = input.logits.first() else {
+            return Ok(StrategyOutput::default());
+        };
+        let prompt = input.prompt_token_ids;
+        let output = input.output_token_ids;
+        // Penalties shape the draw only; metrics and scores stay on the raw row.
+        let penalised = needs_penalties(input.sampling, prompt, output).then(|| {
+            let mut row = logits.to_vec();
+            apply_penalties(&mut row, input.sampling, prompt, output);
+            row
+        });
+        let decision = entropix_sample(
+            &EntropixInput {
+                logits,
+                penalised: penalised.as_deref(),
+                attention: input.attn_metrics.map(to_stats),
+                previous_token: output.last().or(prompt.last()).copied(),
+                pause_token: self.pause_token,
+                seed: input.seed,
+                step: output.len() as u64,
+            },
+            &self.config,
+        )
+        .map_err(|e| format!("entropix sampling failed: {e}"))?;
+        if let Some(i) = Branch::ALL.iter().position(|&b| b == decision.branch) {
+            self.branch_counts[i] += 1;
+        }
+        let logprob = input.sampling.logprobs.map(|n| TokenLogprob {
+            token_id: decision.token_id,
+            logprob: decision.logprob,
+            top_logprobs: top_logprobs(logits, n),
+        });
+        let metrics = input.return_metrics.then(|| TokenMetrics {
+            entropy: decision.logit.entropy,
+            varentropy: decision.logit.varentropy,
+            attention: input.attn_metrics,
+            branch: Some(decision.branch.as_str().to_string()),
+            guided: None,
+        });
+        Ok(StrategyOutput {
+            tokens: vec![GeneratedToken { token_id: decision.token_id, logprob, metrics }],
+            next_scratch_rows: 0,
+        })
+    }
+
+    fn summary(&self) -> Option<serde_json::Value> {
+        let counts: serde_json::Map<String, serde_json::Value> = Branch::ALL
+            .iter()
+            .zip(self.branch_counts)
+            .map(|(b, n)| (b.as_str().to_string(), n.into()))
+            .collect();
+        Some(serde_json::json!({ "entropix_branches": counts }))
+    }
+}

@@ -1,0 +1,317 @@
+//! MTI: classifier-free guidance on the tokens whose conditional entropy exceeds a threshold
+//! (arXiv 2510.13940). The unconditional branch is the sequence's own context followed by a
+//! short negative prompt, run as scratch rows of the sequence's span: they read its cached
+//! K/V, attend causally to each other, and are never persisted.
+//!
+//! Per sequence, a triggered token takes two engine steps: the conditional row is sampled,
+//! found uncertain, and kept; the next step runs only the negative-prompt rows (next to the
+//! other sequences' prefill and decode rows, charged to the token budget), and the token is
+//! drawn from the blend. Only triggered sequences pay rows, and they pay L rows, not a second
+//! batch-wide forward. With a negative threshold every row triggers, so the unconditional
+//! rows ride along with the decode row of the same step instead (classic CFG, no extra step).
+
+use entrobatch_sampler::mti::{cfg_blend, guidance_triggers};
+use entrobatch_sampler::{entropy_varentropy_nats, sample_row, SampleInput};
+use serde::{Deserialize, Serialize};
+
+use super::plain::PlainStrategy;
+use super::{ScratchRow, SequenceStrategy, SpanPlan, StrategyInput, StrategyOutput};
+use crate::event::{GeneratedToken, TokenLogprob, TokenMetrics};
+
+/// Per-request MTI settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MtiConfig {
+    /// tau, in nats over the raw conditional distribution; guidance fires when `H > tau`.
+    /// Negative: every token (classic CFG). `+inf`: never.
+    pub entropy_threshold: f32,
+    /// omega in `l_u + omega * (l_c - l_u)`; 1 turns MTI off entirely (no extra rows).
+    pub guidance_scale: f32,
+    /// Appended to the context to form the unconditional branch; tokenized without
+    /// special tokens.
+    pub negative_prompt: String,
+}
+
+impl Default for MtiConfig {
+    /// The paper's omega and "OUTPUT ERROR"; tau = 1.0 is the middle of its sweep.
+    fn default() -> Self {
+        Self { entropy_threshold: 1.0, guidance_scale: 1.5, negative_prompt: "OUTPUT ERROR".into() }
+    }
+}
+
+impl MtiConfig {
+    pub fn is_active(&self) -> bool {
+        self.guidance_scale != 1.0
+    }
+
+    /// Checks the numbers and tokenizes the negative prompt (empty when MTI is off).
+    pub fn negative_prompt_ids(&self, tokenizer: &entrobatch_model_runner::GgufTokenizer) -> Result<Vec<u32>, String> {
+        if self.entropy_threshold.is_nan() {
+            return Err("mti: entropy_threshold must be a number (negative = every token)".into());
+        }
+        if !self.guidance_scale.is_finite() {
+            return Err(format!("mti: guidance_scale must be finite, got {}", self.guidance_scale));
+        }
+        if !self.is_active() {
+            return Ok(Vec::new());
+        }
+        let ids = tokenizer
+            .encode(&self.negative_prompt, false)
+            .map_err(|e| format!("mti: cannot tokenize the negative prompt: {e}"))?;
+        if ids.is_empty() {
+            return Err("mti: the negative prompt is empty".into());
+        }
+        Ok(ids)
+    }
+}
+
+/// A conditional row found uncertain, waiting for its unconditional rows.
+struct PendingGuidance {
+    cond: Vec<f32>,
+    entropy: f32,
+    varentropy: f32,
+}
+
+pub struct MtiStrategy {
+    threshold: f32,
+    scale: f32,
+    negative: Vec<u32>,
+    /// Every row triggers (tau < 0): schedule the unconditional rows with the decode row.
+    fused: bool,
+    pending: Option<PendingGuidance>,
+    /// Scratch rows this step's span carries (set while the batch is built).
+    scratch_this_step: usize,
+    tokens: u64,
+    triggered: u64,
+}
+
+impl MtiStrategy {
+    /// `negative` must be non-empty unless the config is inactive.
+    pub fn new(config: &MtiConfig, negative: Vec<u32>) -> Self {
+        let active = config.is_active() && !negative.is_empty();
+        Self {
+            threshold: config.entropy_threshold,
+            scale: if active { config.guidance_scale } else { 1.0 },
+            fused: active && config.entropy_threshold < 0.0,
+            negative,
+            pending: None,
+            scratch_this_step: 0,
+            tokens: 0,
+            triggered: 0,
+        }
+    }
+
+    pub fn build(config: &MtiConfig, tokenizer: &entrobatch_model_runner::GgufTokenizer) -> Result<Self, String> {
+        Ok(Self::new(config, config.negative_prompt_ids(tokenizer)?))
+    }
+
+    fn active(&self) -> bool {
+        self.scale != 1.0
+    }
+
+    /// Draws from `logits` with the request's ordinary sampler chain.
+    fn sample(&self, input: &StrategyInput<'_>, logits: &[f32]) -> Result<(u32, Option<TokenLogprob>), String> {
+        let out = sample_row(&SampleInput {
+            logits,
+            params: input.sampling,
+            prompt_token_ids: input.prompt_token_ids,
+            output_token_ids: input.output_token_ids,
+            seed: input.seed,
+            step: input.output_token_ids.len() as u64,
+        })
+        .map_err(|e| format!("sampling failed: {e}"))?;
+        let logprob = input.sampling.logprobs.map(|_| TokenLogprob {
+            token_id: out.token_id,
+            logprob: out.logprob,
+            top_logprobs: out.top_logprobs,
+        });
+        Ok((out.token_id, logprob))
+    }
+}
+
+impl SequenceStrategy for MtiStrategy {
+    fn scratch_rows(&mut self, plan: &SpanPlan<'_>) -> Vec<ScratchRow> {
+        self.scratch_this_step = 0;
+        let l = self.negative.len();
+        if !self.active() || plan.scratch_rows < l {
+            return Vec::new();
+        }
+        // Tokens scheduled beside a pending row mean the sequence moved on without it.
+        if !plan.token_ids.is_empty() {
+            self.pending = None;
+        }
+        let for_pending = self.pending.is_some();
+        let for_fused = self.fused && plan.needs_sample && !plan.token_ids.is_empty();
+        if !(for_pending || for_fused) {
+            return Vec::new();
+        }
+        let base = plan.context_len + plan.token_ids.len();
+        self.scratch_this_step = l;
+        self.negative
+            .iter()
+            .enumerate()
+            .map(|(i, &token_id)| ScratchRow { token_id, position: (base + i) as u32 })
+            .collect()
+    }
+
+    fn logits_rows(&self, plan: &SpanPlan<'_>, num_scratch: usize) -> Vec<usize> {
+        let n = plan.token_ids.len();
+        let mut rows = Vec::with_capacity(2);
+        if plan.needs_sample && n > 0 {
+            rows.push(n - 1);
+        }
+        if num_scratch > 0 {
+            rows.push(n + num_scratch - 1);
+        }
+        rows
+    }
+
+    fn process(&mut self, input: StrategyInput<'_>) -> Result<StrategyOutput, String> {
+        if !self.active() {
+            return PlainStrategy.process(input);
+        }
+        let granted = std::mem::take(&mut self.scratch_this_step) > 0;
+        let (uncond, fresh) = match (granted, input.logits.as_slice()) {
+            (true, [cond, uncond]) => (Some(*uncond), Some(*cond)),
+            (true, [uncond]) => (Some(*uncond), None),
+            (false, [cond]) => (None, Some(*cond)),
+            _ => return Err(format!("mti: unexpected {} logits rows", input.logits.len())),
+        };
+        let pending = match fresh {
+            Some(cond) => {
+                let (entropy, varentropy) = entropy_varentropy_nats(cond);
+                PendingGuidance { cond: cond.to_vec(), entropy, varentropy }
+            }
+            None => self.pending.take().ok_or("mti: unconditional rows without a pending token")?,
+        };
+        let triggered = guidance_triggers(pending.entropy, self.threshold, self.scale);
+        let l = self.negative.len();
+        let (token_id, logprob) = match (triggered, uncond) {
+            (true, None) => {
+                self.pending = Some(pending);
+                return Ok(StrategyOutput { tokens: Vec::new(), next_scratch_rows: l });
+            }
+            (true, Some(uncond)) => self.sample(&input, &cfg_blend(&pending.cond, uncond, self.scale))?,
+            (false, _) => self.sample(&input, &pending.cond)?,
+        };
+        self.tokens += 1;
+        self.triggered += u64::from(triggered);
+        let ln2 = std::f32::consts::LN_2;
+        let metrics = TokenMetrics {
+            entropy: pending.entropy / ln2,
+            varentropy: pending.varentropy / (ln2 * ln2),
+            guided: Some(triggered),
+            ..TokenMetrics::default()
+        };
+        Ok(StrategyOutput {
+            tokens: vec![GeneratedToken { token_id, logprob, metrics: Some(metrics) }],
+            next_scratch_rows: if self.fused { l } else { 0 },
+        })
+    }
+
+    fn on_preempted(&mut self) {
+        // The sequence recomputes and resamples its last row; the kept row is stale.
+        self.pending = None;
+        self.scratch_this_step = 0;
+    }
+
+    fn summary(&self) -> Option<serde_json::Value> {
+        let rate = if self.tokens > 0 { self.triggered as f64 / self.tokens as f64 } else { 0.0 };
+        Some(serde_json::json!({
+            "strategy": "mti",
+            "guidance": self.active(),
+            "tokens": self.tokens,
+            "triggered": self.triggered,
+            "trigger_rate": rate,
+        }))
+    }
+}
+
+/// The paper's "CFG usage" of one request, from its per-token output.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct TriggerStats {
+    /// Tokens decoded with guidance active (every MTI token when omega != 1).
+    pub tokens: usize,
+    pub triggered: usize,
+}
+
+impl TriggerStats {
+    pub fn from_tokens(tokens: &[GeneratedToken]) -> Self {
+        let flags = tokens.iter().filter_map(|t| t.metrics.as_ref().and_then(|m| m.guided));
+        flags.fold(Self::default(), |s, g| Self { tokens: s.tokens + 1, triggered: s.triggered + usize::from(g) })
+    }
+
+    pub fn rate(&self) -> f64 {
+        if self.tokens == 0 { 0.0 } else { self.triggered as f64 / self.tokens as f64 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use entrobatch_sampler::SamplingParams;
+
+    const FLAT: [f32; 4] = [1.0, 1.0, 1.0, 0.9];
+
+    fn input<'a>(logits: Vec<&'a [f32]>, sampling: &'a SamplingParams, output: &'a [u32]) -> StrategyInput<'a> {
+        StrategyInput {
+            logits,
+            attn_metrics: None,
+            prompt_token_ids: &[1, 2],
+            output_token_ids: output,
+            sampling,
+            seed: 3,
+            return_metrics: false,
+        }
+    }
+
+    fn plan(context_len: usize, token_ids: &[u32], scratch_rows: usize) -> SpanPlan<'_> {
+        SpanPlan { context_len, token_ids, scratch_rows, needs_sample: true }
+    }
+
+    #[test]
+    fn triggered_row_waits_for_its_scratch_rows_and_preemption_drops_it() {
+        let sampling = SamplingParams::greedy();
+        let config = MtiConfig { entropy_threshold: 0.5, ..MtiConfig::default() };
+        let mut s = MtiStrategy::new(&config, vec![7, 8, 9]);
+        assert!(s.scratch_rows(&plan(0, &[1, 2], 0)).is_empty());
+        let out = s.process(input(vec![&FLAT], &sampling, &[])).unwrap();
+        assert!(out.tokens.is_empty());
+        assert_eq!(out.next_scratch_rows, 3);
+        // Not granted this step: nothing to run.
+        assert!(s.scratch_rows(&plan(2, &[], 0)).is_empty());
+        let rows = s.scratch_rows(&plan(2, &[], 3));
+        let positions: Vec<u32> = rows.iter().map(|r| r.position).collect();
+        assert_eq!(positions, [2, 3, 4]);
+        assert_eq!(s.logits_rows(&plan(2, &[], 3), 3), [2]);
+        // The unconditional row favours token 3, so the blend (w = 1.5) moves away from it.
+        let uncond = [0.0f32, 0.0, 0.0, 5.0];
+        let out = s.process(input(vec![&uncond], &sampling, &[])).unwrap();
+        assert_eq!(out.next_scratch_rows, 0);
+        assert_eq!(out.tokens[0].token_id, 0);
+        assert_eq!(out.tokens[0].metrics.as_ref().and_then(|m| m.guided), Some(true));
+
+        let _ = s.scratch_rows(&plan(3, &[0], 0));
+        assert!(s.process(input(vec![&FLAT], &sampling, &[0])).unwrap().tokens.is_empty());
+        s.on_preempted();
+        // Recomputed: the last row is sampled afresh, and triggers afresh.
+        assert!(s.scratch_rows(&plan(0, &[1, 2, 0], 0)).is_empty());
+        let out = s.process(input(vec![&FLAT], &sampling, &[0])).unwrap();
+        assert_eq!(out.next_scratch_rows, 3);
+        assert_eq!(s.summary().unwrap()["triggered"], 1);
+    }
+
+    #[test]
+    fn negative_threshold_runs_scratch_rows_beside_the_decode_row() {
+        let sampling = SamplingParams::greedy();
+        let config = MtiConfig { entropy_threshold: -1.0, ..MtiConfig::default() };
+        let mut s = MtiStrategy::new(&config, vec![7, 8]);
+        let rows = s.scratch_rows(&plan(5, &[4], 2));
+        assert_eq!(rows, [ScratchRow { token_id: 7, position: 6 }, ScratchRow { token_id: 8, position: 7 }]);
+        assert_eq!(s.logits_rows(&plan(5, &[4], 2), 2), [0, 2]);
+        let peaked = [0.0f32, 0.0, 9.0, 0.0];
+        let out = s.process(input(vec![&peaked, &FLAT], &sampling, &[4])).unwrap();
+        assert_eq!(out.tokens.len(), 1, "fused rows emit at once");
+        assert_eq!(out.next_scratch_rows, 2, "and ask for the next token's rows");
+    }
+}

@@ -1,0 +1,116 @@
+//! One entropix v1 decision for one sequence: metrics -> quadrant -> token.
+
+use super::adaptive::{draw_candidates, AdaptiveRow, Candidate};
+use super::branch::{classify, Branch, Quadrant};
+use super::config::EntropixConfig;
+use super::filters::{adaptive_filter, explore_filter, pause_sample_filter, resample_filter};
+use super::metrics::{logit_stats, AttentionStats, LogitStats};
+use crate::error::SamplerError;
+use crate::filter::{argmax, sample_filtered, FilterConfig};
+use crate::logprobs::Normalizer;
+use crate::rng::uniform;
+
+/// Everything one step of one sequence needs.
+#[derive(Clone, Copy)]
+pub struct EntropixInput<'a> {
+    /// Raw logits of the row: metrics and candidate scores are computed on these.
+    pub logits: &'a [f32],
+    /// The row after the request's penalties / logit bias, if it has any; tokens are drawn
+    /// from it. `None` draws from `logits`.
+    pub penalised: Option<&'a [f32]>,
+    /// Last-layer attention statistics of this row; `None` (a model path that did not
+    /// provide them) counts as all zeros.
+    pub attention: Option<AttentionStats>,
+    /// The token before the one being chosen (last output token, else last prompt token).
+    pub previous_token: Option<u32>,
+    /// The pause / clarification token; without one HELV always draws the hotter sample.
+    pub pause_token: Option<u32>,
+    pub seed: u64,
+    /// Output index of the token being chosen: draw `d` of this step is `uniform(seed, step, d)`.
+    pub step: u64,
+}
+
+/// The chosen token and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EntropixDecision {
+    pub token_id: u32,
+    pub branch: Branch,
+    pub logit: LogitStats,
+    pub attention: AttentionStats,
+    /// The draw parameters used (`None` for argmax and the pause token).
+    pub filter: Option<FilterConfig>,
+    /// The adaptive branch's candidates; empty for the other branches.
+    pub candidates: Vec<Candidate>,
+    /// `ln p` of the chosen token under the raw distribution.
+    pub logprob: f32,
+}
+
+/// Chooses one token with the v1 quadrants (first match wins, see `classify`).
+pub fn entropix_sample(
+    input: &EntropixInput<'_>,
+    cfg: &EntropixConfig,
+) -> Result<EntropixDecision, SamplerError> {
+    let logits = input.logits;
+    if logits.is_empty() {
+        return Err(SamplerError::EmptyLogits);
+    }
+    if let Some(index) = logits.iter().position(|l| !l.is_finite()) {
+        return Err(SamplerError::NonFiniteLogits { index });
+    }
+    let draw_logits = input.penalised.unwrap_or(logits);
+    if !draw_logits.iter().any(|&l| l > f32::NEG_INFINITY) {
+        return Err(SamplerError::AllTokensMasked);
+    }
+    let logit = logit_stats(logits);
+    let attn = input.attention.unwrap_or_default();
+    let norm = Normalizer::new(logits);
+    let raw_logprob = |t: u32| logits.get(t as usize).map_or(f32::NEG_INFINITY, |&l| norm.logprob(l));
+    let single = |filter: FilterConfig| sample_filtered(draw_logits, &filter, uniform(input.seed, input.step, 0));
+
+    let pause = input
+        .pause_token
+        .filter(|&p| (p as usize) < logits.len() && input.previous_token != Some(p));
+    let (token_id, branch, filter, candidates) = match classify(&logit, cfg) {
+        Quadrant::Lelv => (argmax(draw_logits), Branch::Argmax, None, Vec::new()),
+        Quadrant::Helv => match pause {
+            Some(p) => (p, Branch::Pause, None, Vec::new()),
+            None => {
+                // Hotter, and never the pause token again: it is excluded from this draw.
+                let f = pause_sample_filter(cfg, &attn);
+                let u = uniform(input.seed, input.step, 0);
+                let token = match input.pause_token.filter(|&p| (p as usize) < draw_logits.len()) {
+                    Some(p) if draw_logits.iter().enumerate().any(|(i, &l)| i != p as usize && l > f32::NEG_INFINITY) => {
+                        let mut masked = draw_logits.to_vec();
+                        masked[p as usize] = f32::NEG_INFINITY;
+                        sample_filtered(&masked, &f, u)
+                    }
+                    _ => sample_filtered(draw_logits, &f, u),
+                };
+                (token, Branch::PauseSample, Some(f), Vec::new())
+            }
+        },
+        Quadrant::Lehv => {
+            let f = explore_filter(cfg, &attn);
+            (single(f), Branch::Explore, Some(f), Vec::new())
+        }
+        Quadrant::Hehv => {
+            let f = resample_filter(cfg, &attn);
+            (single(f), Branch::Resample, Some(f), Vec::new())
+        }
+        Quadrant::Adaptive => {
+            let f = adaptive_filter(cfg, &logit, &attn);
+            let row = AdaptiveRow { draw_logits, raw_logprob: &raw_logprob, seed: input.seed, step: input.step };
+            let (candidates, best) = draw_candidates(cfg, &f, &row, &logit, &attn);
+            (candidates[best].token_id, Branch::Adaptive, Some(f), candidates)
+        }
+    };
+    Ok(EntropixDecision {
+        token_id,
+        branch,
+        logit,
+        attention: attn,
+        filter,
+        candidates,
+        logprob: raw_logprob(token_id),
+    })
+}

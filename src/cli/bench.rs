@@ -1,0 +1,135 @@
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use entrobatch::bench::throughput::{render_table, run, ThroughputConfig, ThroughputReport};
+use indicatif::{ProgressBar, ProgressStyle};
+use plotters::prelude::*;
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Requests through the engine against candle-transformers' sequential model, in one run.
+    Throughput(ThroughputArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ThroughputArgs {
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    #[arg(long, default_value_t = 64)]
+    pub requests: usize,
+    #[arg(long, default_value_t = 128)]
+    pub prompt_len: usize,
+    #[arg(long, default_value_t = 128)]
+    pub output_len: usize,
+    /// Sequences running at once (the engine's max_num_seqs).
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// Requests the sequential baseline runs (its rate is per request); 0 skips it.
+    #[arg(long, default_value_t = 4)]
+    pub baseline_requests: usize,
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Run concurrency 1, 2, 4, ... up to --concurrency and plot throughput against it.
+    #[arg(long)]
+    pub sweep: bool,
+    /// SVG for --sweep.
+    #[arg(long, default_value = "throughput_sweep.svg")]
+    pub plot: PathBuf,
+}
+
+pub fn run_bench(command: BenchCommand) -> Result<()> {
+    match command {
+        BenchCommand::Throughput(args) => throughput(args),
+    }
+}
+
+fn throughput(args: ThroughputArgs) -> Result<()> {
+    let model = super::resolve_model(args.model.clone())?;
+    let levels: Vec<usize> = if args.sweep {
+        std::iter::successors(Some(1usize), |c| Some(c * 2)).take_while(|&c| c <= args.concurrency).collect()
+    } else {
+        vec![args.concurrency]
+    };
+    let mut reports: Vec<ThroughputReport> = Vec::new();
+    for (i, &concurrency) in levels.iter().enumerate() {
+        let config = ThroughputConfig {
+            model: model.clone(),
+            requests: args.requests,
+            prompt_len: args.prompt_len,
+            output_len: args.output_len,
+            concurrency,
+            // The baseline does not depend on concurrency: measure it once.
+            baseline_requests: if i == 0 { args.baseline_requests } else { 0 },
+            engine: None,
+            decoding: Default::default(),
+        };
+        let bar = ProgressBar::new(args.requests as u64);
+        bar.set_style(
+            ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} requests ({elapsed})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_message(format!("concurrency {concurrency}"));
+        let mut report = run(&config, |done| bar.set_position(done as u64))?;
+        bar.finish_and_clear();
+        if let Some(first) = reports.first() {
+            report.baseline = first.baseline.clone();
+            if let Some(b) = &report.baseline {
+                report.output_speedup = Some(report.engine.output_tokens_per_s / b.output_tokens_per_s);
+                report.total_speedup = Some(report.engine.total_tokens_per_s / b.total_tokens_per_s);
+            }
+        }
+        print!("{}", render_table(&report));
+        reports.push(report);
+    }
+    let json = if args.sweep { serde_json::to_string_pretty(&reports)? } else { serde_json::to_string_pretty(&reports[0])? };
+    println!("{json}");
+    if let Some(path) = &args.json {
+        std::fs::write(path, &json).with_context(|| format!("write {}", path.display()))?;
+    }
+    if args.sweep {
+        plot_sweep(&reports, &args.plot)?;
+        eprintln!("wrote {}", args.plot.display());
+    }
+    Ok(())
+}
+
+fn plot_sweep(reports: &[ThroughputReport], path: &PathBuf) -> Result<()> {
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let max_c = reports.iter().map(|r| r.concurrency).max().unwrap_or(1) as f64;
+    let max_t = reports.iter().map(|r| r.engine.total_tokens_per_s).fold(1.0, f64::max) * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("entrobatch throughput against concurrency", ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d((0.5f64..max_c * 1.5).log_scale(), 0f64..max_t)?;
+    chart.configure_mesh().x_desc("concurrent sequences").y_desc("tokens/s").draw()?;
+    let series = |f: fn(&ThroughputReport) -> f64| -> Vec<(f64, f64)> {
+        reports.iter().map(|r| (r.concurrency as f64, f(r))).collect()
+    };
+    let lines: [(&str, RGBColor, fn(&ThroughputReport) -> f64); 3] = [
+        ("total tokens/s", BLUE, |r| r.engine.total_tokens_per_s),
+        ("decode tokens/s", RED, |r| r.engine.decode_tokens_per_s),
+        ("output tokens/s", GREEN, |r| r.engine.output_tokens_per_s),
+    ];
+    for (label, color, f) in lines {
+        let points = series(f);
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        chart.draw_series(points.into_iter().map(|p| Circle::new(p, 4, color.filled())))?;
+    }
+    if let Some(b) = reports.first().and_then(|r| r.baseline.as_ref()) {
+        let y = b.total_tokens_per_s;
+        chart
+            .draw_series(LineSeries::new(vec![(0.5, y), (max_c * 1.5, y)], BLACK.stroke_width(1)))?
+            .label("candle sequential, total tokens/s")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
+    }
+    chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw()?;
+    root.present()?;
+    Ok(())
+}

@@ -1,0 +1,76 @@
+//! `entrobatch serve`: the OpenAI-compatible HTTP server.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use entrobatch::server::{serve_until_signal, ServerConfig};
+use entrobatch::{Engine, EngineConfig};
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// GGUF model file (default: models/SmolLM2-135M-Instruct.Q4_1.gguf or $ENTROBATCH_MODEL).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// 0 picks a free port (printed on stdout).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Requests in flight (running + waiting) beyond which new ones get 429 at once.
+    #[arg(long, default_value_t = 4096)]
+    pub max_queue: usize,
+    /// Sequences batched together per step.
+    #[arg(long, default_value_t = 64)]
+    pub max_num_seqs: usize,
+    /// Token budget per step (prefill chunks and decodes).
+    #[arg(long, default_value_t = 512)]
+    pub max_num_batched_tokens: usize,
+    /// Context limit; default: the model's own.
+    #[arg(long)]
+    pub max_model_len: Option<usize>,
+    /// KV cache size in MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub kv_cache_mb: usize,
+    /// The model id clients send; default: the model file's stem.
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Seconds in-flight requests get to finish after SIGINT/SIGTERM before being aborted.
+    #[arg(long, default_value_t = 30)]
+    pub shutdown_grace: u64,
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    let model = super::resolve_model(args.model.clone())?;
+    let mut config = EngineConfig::new(model);
+    config.max_queued_requests = args.max_queue;
+    config.max_num_seqs = args.max_num_seqs;
+    config.max_num_batched_tokens = args.max_num_batched_tokens;
+    config.max_model_len = args.max_model_len;
+    config.kv_cache_bytes = args.kv_cache_mb << 20;
+    let engine = Arc::new(Engine::start(config)?);
+    let server_config = ServerConfig {
+        served_model_name: args.served_model_name.clone(),
+        shutdown_grace: Duration::from_secs(args.shutdown_grace),
+        ..ServerConfig::default()
+    };
+    // The engine has its own thread and the sampler its rayon pool: two async workers are
+    // plenty for HTTP and SSE framing.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
+        let addr = listener.local_addr()?;
+        println!("listening on http://{addr} (model {})", engine.info().model_name);
+        serve_until_signal(listener, engine, server_config).await.context("server failed")
+    })?;
+    println!("server stopped");
+    Ok(())
+}

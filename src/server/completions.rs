@@ -1,0 +1,120 @@
+//! `POST /v1/completions`.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use crate::{FinishReason, GeneratedToken};
+use serde_json::{json, Map, Value};
+
+use super::error::ApiError;
+use super::extract::ApiJson;
+use super::format::{completion_logprobs, Extras};
+use super::params::{completion_prompt, parse_common, parse_logprobs};
+use super::protocol::CompletionRequest;
+use super::state::{AppState, DefaultMaxTokens};
+use super::stream::{sse_response, usage_json, StreamFormat};
+
+/// OpenAI's default when `max_tokens` is absent.
+const DEFAULT_MAX_TOKENS: usize = 16;
+
+pub async fn completions(
+    State(state): State<AppState>,
+    ApiJson(mut req): ApiJson<CompletionRequest>,
+) -> Result<Response, ApiError> {
+    state.check_model(req.common.model.as_deref())?;
+    if req.echo == Some(true) {
+        return Err(ApiError::invalid_param("echo", "echo is not supported"));
+    }
+    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::invalid_param("suffix", "suffix is not supported"));
+    }
+    let logprobs = parse_logprobs("logprobs", req.logprobs)?;
+    let parsed = parse_common(&mut req.common, logprobs)?;
+    let prompt = completion_prompt(req.prompt)?;
+    let handle = state
+        .submit(prompt, parsed.params, parsed.max_tokens, DefaultMaxTokens::Fixed(DEFAULT_MAX_TOKENS))
+        .await?;
+    let format = CompletionFormat {
+        state: state.clone(),
+        id: format!("cmpl-{}", handle.id),
+        created: super::state::unix_now(),
+        logprobs: logprobs.is_some(),
+        extras: Extras { return_metrics: req.common.return_metrics.unwrap_or(false), return_token_ids: parsed.return_token_ids },
+        text_offset: 0,
+    };
+    if parsed.stream {
+        return Ok(sse_response(handle, format, parsed.include_usage));
+    }
+    let mut format = format;
+    let output = handle.collect_async().await;
+    if output.finish_reason == FinishReason::Error {
+        return Err(ApiError::internal(output.error.unwrap_or_else(|| "generation failed".into())));
+    }
+    let mut choice = format.choice(&output.tokens, &output.text);
+    choice.insert("finish_reason".into(), json!(output.finish_reason.as_str()));
+    let body = json!({
+        "id": format.id,
+        "object": "text_completion",
+        "created": format.created,
+        "model": state.model_id,
+        "choices": [Value::Object(choice)],
+        "usage": usage_json(output.prompt_token_ids.len(), output.token_ids.len()),
+    });
+    Ok(Json(body).into_response())
+}
+
+struct CompletionFormat {
+    state: AppState,
+    id: String,
+    created: u64,
+    logprobs: bool,
+    extras: Extras,
+    text_offset: usize,
+}
+
+impl CompletionFormat {
+    fn choice(&mut self, tokens: &[GeneratedToken], text: &str) -> Map<String, Value> {
+        let mut choice = Map::new();
+        choice.insert("index".into(), json!(0));
+        choice.insert("text".into(), json!(text));
+        let logprobs = if self.logprobs {
+            completion_logprobs(&self.state.engine, tokens, &mut self.text_offset)
+        } else {
+            Value::Null
+        };
+        choice.insert("logprobs".into(), logprobs);
+        choice.insert("finish_reason".into(), Value::Null);
+        self.extras.apply(tokens, &mut choice);
+        choice
+    }
+
+    fn chunk(&self, choices: Vec<Value>) -> Value {
+        json!({
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.state.model_id,
+            "choices": choices,
+        })
+    }
+}
+
+impl StreamFormat for CompletionFormat {
+    /// One chunk per engine event, even when its text is empty (a partial UTF-8 character,
+    /// EOS): clients time tokens by chunks.
+    fn on_tokens(&mut self, tokens: &[GeneratedToken], text: &str) -> Vec<Value> {
+        let choice = self.choice(tokens, text);
+        vec![self.chunk(vec![Value::Object(choice)])]
+    }
+
+    fn on_finish(&mut self, reason: FinishReason) -> Vec<Value> {
+        let choice = json!({ "index": 0, "text": "", "logprobs": null, "finish_reason": reason.as_str() });
+        vec![self.chunk(vec![choice])]
+    }
+
+    fn usage_chunk(&self, usage: Value) -> Value {
+        let mut chunk = self.chunk(Vec::new());
+        chunk["usage"] = usage;
+        chunk
+    }
+}

@@ -1,0 +1,86 @@
+//! OpenAI-style error responses: `{"error": {"message", "type", "param", "code"}}` with a
+//! 4xx/5xx status. Every rejection the server makes goes through [`ApiError`].
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use crate::EngineError;
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub kind: &'static str,
+    pub param: Option<&'static str>,
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self { status, message: message.into(), kind, param: None, code: None }
+    }
+
+    /// 400 for a request the client must change.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+    }
+
+    /// 400 naming the offending field.
+    pub fn invalid_param(param: &'static str, message: impl Into<String>) -> Self {
+        Self { param: Some(param), ..Self::bad_request(message) }
+    }
+
+    pub fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", message)
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found_error", message)
+    }
+
+    /// The JSON body, also sent as an SSE `data:` line when a stream fails midway.
+    pub fn body(&self) -> Value {
+        json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body())).into_response()
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        let message = e.to_string();
+        match e {
+            EngineError::InvalidRequest(_) => Self::bad_request(message),
+            EngineError::NeverFits { .. } => {
+                Self::invalid_param("max_tokens", message).with_code("context_length_exceeded")
+            }
+            EngineError::QueueFull(_) => Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
+                .with_code("queue_full"),
+            // A prompt the tokenizer or the chat template cannot render is the client's input.
+            EngineError::Tokenizer(_) => Self::bad_request(message),
+            EngineError::ShutDown => Self::unavailable(message),
+            EngineError::Model(_) | EngineError::Config(_) => Self::internal(message),
+        }
+    }
+}

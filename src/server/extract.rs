@@ -1,0 +1,37 @@
+//! The JSON body extractor: size limit (413), UTF-8 (400), then JSON (400), each with an
+//! OpenAI-style error body instead of axum's plain-text rejections.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", "request body too large")
+                    .with_code("body_too_large")
+            } else {
+                ApiError::bad_request(format!("cannot read the request body: {}", rejection.body_text()))
+            }
+        })?;
+        let text = std::str::from_utf8(&bytes).map_err(|e| {
+            ApiError::bad_request(format!("request body is not valid UTF-8: {e}")).with_code("invalid_utf8")
+        })?;
+        // Unknown fields are ignored (clients send extras); known fields of the wrong type fail.
+        serde_json::from_str(text)
+            .map(ApiJson)
+            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")).with_code("invalid_json"))
+    }
+}

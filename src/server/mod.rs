@@ -1,0 +1,162 @@
+//! The OpenAI-compatible HTTP server (`entrobatch serve`): axum over the same `Engine`
+//! embedders use. Bad input is rejected on the request's own task with an OpenAI-style
+//! error and never reaches the engine loop; streams own their request handles, so a client
+//! that hangs up aborts its request.
+//!
+//! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`,
+//! `GET /health`, `GET /metrics` (Prometheus text).
+
+mod chat;
+mod completions;
+mod error;
+mod extract;
+mod format;
+mod http_metrics;
+mod params;
+mod protocol;
+mod reasoning;
+mod state;
+mod stream;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use crate::{Engine, ShutdownMode};
+use serde_json::json;
+use tokio::net::TcpListener;
+
+pub use error::ApiError;
+pub use state::AppState;
+
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// The id clients use in `model`; defaults to the model file's stem.
+    pub served_model_name: Option<String>,
+    /// Larger bodies get 413.
+    pub body_limit_bytes: usize,
+    /// After a shutdown signal, how long in-flight requests may run before they are aborted.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self { served_model_name: None, body_limit_bytes: 1 << 20, shutdown_grace: Duration::from_secs(30) }
+    }
+}
+
+pub fn router(state: AppState, config: &ServerConfig) -> Router {
+    Router::new()
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .route("/metrics", get(http_metrics::render))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(config.body_limit_bytes))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), http_metrics::track))
+        .with_state(state)
+}
+
+/// Serves until `shutdown` resolves, then stops accepting, lets in-flight requests finish
+/// (aborting them after `shutdown_grace`), and stops the engine.
+pub async fn serve(
+    listener: TcpListener,
+    engine: Arc<Engine>,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let state = AppState::new(engine.clone(), config.served_model_name.clone());
+    let app = router(state.clone(), &config);
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("shutting down: no new requests, finishing in-flight ones");
+        state.set_draining();
+        let _ = started_tx.send(());
+    };
+    let grace = config.shutdown_grace;
+    let watchdog_engine = engine.clone();
+    let watchdog = tokio::spawn(async move {
+        if started_rx.await.is_ok() {
+            tokio::time::sleep(grace).await;
+            tracing::warn!("shutdown grace period over: aborting in-flight requests");
+            let _ = tokio::task::spawn_blocking(move || watchdog_engine.shutdown(ShutdownMode::Abort)).await;
+        }
+    });
+    let served = axum::serve(listener, app).with_graceful_shutdown(signal).await;
+    watchdog.abort();
+    let _ = tokio::task::spawn_blocking(move || engine.shutdown(ShutdownMode::Finish)).await;
+    served
+}
+
+/// `serve` driven by SIGINT/SIGTERM: the first one drains, a second aborts at once.
+pub async fn serve_until_signal(listener: TcpListener, engine: Arc<Engine>, config: ServerConfig) -> std::io::Result<()> {
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+    let abort_engine = engine.clone();
+    let signals = tokio::spawn(async move {
+        wait_for_signal().await;
+        let _ = first_tx.send(());
+        wait_for_signal().await;
+        tracing::warn!("second signal: aborting in-flight requests");
+        let _ = tokio::task::spawn_blocking(move || abort_engine.shutdown(ShutdownMode::Abort)).await;
+    });
+    let result = serve(listener, engine, config, async move {
+        let _ = first_rx.await;
+    })
+    .await;
+    signals.abort();
+    result
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!("cannot listen for SIGTERM ({e}); only Ctrl-C stops the server");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": state.model_id,
+            "object": "model",
+            "created": state.created,
+            "owned_by": "entrobatch",
+            "max_model_len": state.engine.info().max_model_len,
+        }],
+    }))
+}
+
+async fn health(State(state): State<AppState>) -> Response {
+    if state.is_draining() {
+        return ApiError::unavailable("shutting down").into_response();
+    }
+    Json(json!({ "status": "ok" })).into_response()
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such route")
+}

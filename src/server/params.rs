@@ -1,0 +1,117 @@
+//! Turns the OpenAI request fields into the engine's `GenerationParams`. Only what the
+//! engine cannot check is checked here (`n`, integer signs, the `decoding` object's shape);
+//! ranges of sampling and strategy parameters are `Engine::validate`'s job, on submit.
+
+use crate::{Decoding, GenerationParams, SamplingParams};
+
+use super::error::ApiError;
+use super::protocol::{CommonParams, PromptField};
+use crate::Prompt;
+
+/// Sampling settings shared by both endpoints. `max_tokens` is `None` when the client left
+/// it out; the handler fills in its endpoint's default once the prompt length is known.
+pub struct ParsedParams {
+    pub params: GenerationParams,
+    pub max_tokens: Option<usize>,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub return_token_ids: bool,
+}
+
+pub fn parse_common(c: &mut CommonParams, logprobs: Option<usize>) -> Result<ParsedParams, ApiError> {
+    if let Some(n) = c.n {
+        if n != 1 {
+            return Err(ApiError::invalid_param("n", format!("only n = 1 is supported, got {n}")));
+        }
+    }
+    if let Some(b) = c.best_of {
+        if b != 1 {
+            return Err(ApiError::invalid_param("best_of", format!("only best_of = 1 is supported, got {b}")));
+        }
+    }
+    let max_tokens = match c.max_completion_tokens.or(c.max_tokens) {
+        Some(v) if v < 1 => {
+            return Err(ApiError::invalid_param("max_tokens", format!("max_tokens must be at least 1, got {v}")))
+        }
+        Some(v) => Some(usize::try_from(v).unwrap_or(usize::MAX)),
+        None => None,
+    };
+    let top_k = match c.top_k {
+        None | Some(-1) | Some(0) => 0,
+        Some(k) if k < 0 => {
+            return Err(ApiError::invalid_param("top_k", format!("top_k must be -1 or 0 (off) or positive, got {k}")))
+        }
+        Some(k) => usize::try_from(k).unwrap_or(usize::MAX),
+    };
+    let mut logit_bias = Vec::new();
+    for (key, &bias) in c.logit_bias.iter().flatten() {
+        let id = key.parse::<u32>().map_err(|_| {
+            ApiError::invalid_param("logit_bias", format!("logit_bias keys must be token ids, got {key:?}"))
+        })?;
+        logit_bias.push((id, bias));
+    }
+    let defaults = SamplingParams::default();
+    let sampling = SamplingParams {
+        temperature: c.temperature.unwrap_or(defaults.temperature),
+        top_k,
+        top_p: c.top_p.unwrap_or(defaults.top_p),
+        min_p: c.min_p.unwrap_or(defaults.min_p),
+        repetition_penalty: c.repetition_penalty.unwrap_or(defaults.repetition_penalty),
+        presence_penalty: c.presence_penalty.unwrap_or(defaults.presence_penalty),
+        frequency_penalty: c.frequency_penalty.unwrap_or(defaults.frequency_penalty),
+        // Negative seeds are valid in OpenAI's API; any 64 bits will do as ours.
+        seed: c.seed.map(|s| s as u64),
+        logprobs,
+        logit_bias,
+        ..defaults
+    };
+    let decoding = match c.decoding.take() {
+        None | Some(serde_json::Value::Null) => Decoding::default(),
+        // Deserialized through the enum itself, so every strategy added to it is accepted
+        // here with no server change; an unknown one is a 400.
+        Some(v) => serde_json::from_value(v).map_err(|e| {
+            ApiError::invalid_param("decoding", format!("invalid decoding: {e}")).with_code("invalid_decoding")
+        })?,
+    };
+    let params = GenerationParams {
+        sampling,
+        max_tokens: max_tokens.unwrap_or(1),
+        stop: c.stop.take().map(|s| s.into_vec()).unwrap_or_default(),
+        stop_token_ids: c.stop_token_ids.take().unwrap_or_default(),
+        ignore_eos: c.ignore_eos.unwrap_or(false),
+        enable_thinking: None,
+        decoding,
+        return_metrics: c.return_metrics.unwrap_or(false),
+    };
+    Ok(ParsedParams {
+        params,
+        max_tokens,
+        stream: c.stream.unwrap_or(false),
+        include_usage: c.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
+        return_token_ids: c.return_token_ids.unwrap_or(false),
+    })
+}
+
+/// A non-negative logprobs count (bounds are checked by the sampler).
+pub fn parse_logprobs(param: &'static str, value: Option<i64>) -> Result<Option<usize>, ApiError> {
+    match value {
+        None => Ok(None),
+        Some(v) if v < 0 => Err(ApiError::invalid_param(param, format!("{param} must be >= 0, got {v}"))),
+        Some(v) => Ok(Some(usize::try_from(v).unwrap_or(usize::MAX))),
+    }
+}
+
+/// One prompt only: batched prompts would need one choice per prompt.
+pub fn completion_prompt(prompt: PromptField) -> Result<Prompt, ApiError> {
+    let one = |n: usize| {
+        ApiError::invalid_param("prompt", format!("exactly one prompt per request is supported, got {n}"))
+    };
+    match prompt {
+        PromptField::Text(t) => Ok(Prompt::Text(t)),
+        PromptField::Ids(ids) => Ok(Prompt::TokenIds(ids)),
+        PromptField::Texts(mut v) if v.len() == 1 => Ok(Prompt::Text(v.remove(0))),
+        PromptField::Texts(v) => Err(one(v.len())),
+        PromptField::IdLists(mut v) if v.len() == 1 => Ok(Prompt::TokenIds(v.remove(0))),
+        PromptField::IdLists(v) => Err(one(v.len())),
+    }
+}

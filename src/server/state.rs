@@ -1,0 +1,115 @@
+//! What every handler shares: the engine, the served model's name, the HTTP counters, and
+//! the submit path that keeps tokenization off the async workers.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::{Engine, GenerationParams, Prompt, Request, RequestHandle};
+
+use super::error::ApiError;
+use super::http_metrics::HttpMetrics;
+
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+pub struct Inner {
+    pub engine: Arc<Engine>,
+    pub model_id: String,
+    pub created: u64,
+    pub http: HttpMetrics,
+    /// The chat template has a thinking switch (Qwen3): split `<think>` into `reasoning_content`.
+    pub thinking_template: bool,
+    draining: AtomicBool,
+}
+
+/// How a handler fills in `max_tokens` when the client left it out.
+#[derive(Clone, Copy)]
+pub enum DefaultMaxTokens {
+    /// OpenAI's completions default.
+    Fixed(usize),
+    /// vLLM's chat default: whatever context the prompt leaves.
+    RestOfContext,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl AppState {
+    pub fn new(engine: Arc<Engine>, served_model_name: Option<String>) -> Self {
+        let model_id = served_model_name.unwrap_or_else(|| engine.info().model_name.clone());
+        let thinking_template = engine
+            .tokenizer()
+            .chat_template
+            .as_deref()
+            .is_some_and(|t| t.contains("enable_thinking"));
+        Self(Arc::new(Inner {
+            engine,
+            model_id,
+            created: unix_now(),
+            http: HttpMetrics::default(),
+            thinking_template,
+            draining: AtomicBool::new(false),
+        }))
+    }
+
+    pub fn set_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Clients must name the served model, or leave `model` out.
+    pub fn check_model(&self, model: Option<&str>) -> Result<(), ApiError> {
+        match model {
+            Some(m) if !m.is_empty() && m != self.model_id => Err(ApiError::not_found(format!(
+                "the model `{m}` does not exist; this server serves `{}`",
+                self.model_id
+            ))
+            .with_code("model_not_found")),
+            _ => Ok(()),
+        }
+    }
+
+    /// Tokenizes, validates and submits on a blocking thread (chat templates and long
+    /// prompts cost real CPU time); bad input comes back as a 4xx and never reaches the loop.
+    pub async fn submit(
+        &self,
+        prompt: Prompt,
+        mut params: GenerationParams,
+        max_tokens: Option<usize>,
+        default_max: DefaultMaxTokens,
+    ) -> Result<RequestHandle, ApiError> {
+        if self.is_draining() {
+            return Err(ApiError::unavailable("the server is shutting down"));
+        }
+        let engine = self.engine.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let ids = engine.tokenize_prompt(&prompt, &params)?;
+            params.max_tokens = match (max_tokens, default_max) {
+                (Some(n), _) => n,
+                (None, DefaultMaxTokens::Fixed(n)) => n,
+                (None, DefaultMaxTokens::RestOfContext) => {
+                    let info = engine.info();
+                    let limit = info.max_model_len.min(info.num_blocks * info.block_size);
+                    limit.saturating_sub(ids.len()).max(1)
+                }
+            };
+            engine.submit(Request::new(Prompt::TokenIds(ids), params))
+        });
+        match task.await {
+            Ok(result) => result.map_err(ApiError::from),
+            Err(e) => Err(ApiError::internal(format!("submit task failed: {e}"))),
+        }
+    }
+}
+
+pub fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
