@@ -305,6 +305,10 @@ impl EngineLoop {
             };
             self.metrics.requests_finished[index].fetch_add(1, Ordering::Relaxed);
             self.metrics.release_in_flight();
+            // Per-request strategy statistics (e.g. WeDLM tokens per forward).
+            if let Some(summary) = state.strategy.summary() {
+                tracing::info!(request = id, %summary, "strategy summary");
+            }
             state.finish(reason, error);
         }
     }

@@ -3,3 +3,4 @@
 pub mod baseline;
 pub mod strategy_compare;
 pub mod throughput;
+pub mod wedlm;

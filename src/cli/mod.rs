@@ -15,9 +15,10 @@ pub fn resolve_model(flag: Option<PathBuf>) -> Result<PathBuf> {
     let path = flag
         .or_else(|| std::env::var_os("ENTROBATCH_MODEL").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from(entrobatch::DEFAULT_MODEL_PATH));
-    if !Path::new(&path).is_file() {
+    // A GGUF file, or a Hugging Face checkpoint directory.
+    if !Path::new(&path).exists() {
         bail!(
-            "model file {} not found; run `scripts/fetch-model smollm2` (or pass --model PATH)",
+            "model {} not found; run `scripts/fetch-model smollm2` (or pass --model PATH)",
             path.display()
         );
     }

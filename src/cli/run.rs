@@ -6,12 +6,14 @@ use clap::Args;
 use entrobatch::{
     ChatMessage, Decoding, Engine, EngineConfig, Event, GenerationParams, Prompt, Request, SamplingParams,
 };
-use entrobatch::strategy::{MtiConfig, TriggerStats};
+use entrobatch::strategy::{MtiConfig, TriggerStats, WedlmConfig};
 use serde_json::json;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// GGUF model file (default: models/SmolLM2-135M-Instruct.Q4_1.gguf or $ENTROBATCH_MODEL).
+    /// GGUF model file or Hugging Face checkpoint directory (config.json, safetensors,
+    /// tokenizer.json; e.g. WeDLM-8B) (default: models/SmolLM2-135M-Instruct.Q4_1.gguf or
+    /// $ENTROBATCH_MODEL).
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// A prompt; repeat the flag for several prompts, all batched together.
@@ -49,9 +51,16 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = StrategyName::Plain)]
     pub strategy: StrategyName,
     /// MTI: guide tokens whose conditional entropy (nats) exceeds this; negative = every
-    /// token, `inf` = none [default: 1.0].
+    /// token, `inf` = none [default: 1.0]. WeDLM: fill every mask whose entropy plus position
+    /// penalty is below this; negative = exactly one mask per forward [default: 0.4].
     #[arg(long, allow_negative_numbers = true)]
     pub entropy_threshold: Option<f32>,
+    /// WeDLM: mask window size W [default: 16].
+    #[arg(long)]
+    pub window_size: Option<usize>,
+    /// WeDLM: entropy penalty per window slot of distance from the leftmost mask [default: 0.02].
+    #[arg(long)]
+    pub pos_penalty: Option<f32>,
     /// MTI: classifier-free guidance scale (1 = off) [default: 1.5].
     #[arg(long)]
     pub guidance_scale: Option<f32>,
@@ -82,13 +91,21 @@ pub enum StrategyName {
     Mti,
     /// Entropix v1: quadrant-adaptive sampling from logit and attention entropy.
     Entropix,
+    /// WeDLM streaming parallel decoding of mask windows (WeDLM checkpoints only).
+    Wedlm,
 }
 
 /// The request's decoding strategy from the flags; strategy flags need their strategy.
 fn decoding(args: &RunArgs) -> Result<Decoding> {
-    let mti_flags = args.entropy_threshold.is_some() || args.guidance_scale.is_some() || args.negative_prompt.is_some();
+    let mti_flags = args.guidance_scale.is_some() || args.negative_prompt.is_some();
     if mti_flags && args.strategy != StrategyName::Mti {
-        anyhow::bail!("--entropy-threshold, --guidance-scale and --negative-prompt need --strategy mti");
+        anyhow::bail!("--guidance-scale and --negative-prompt need --strategy mti");
+    }
+    if args.entropy_threshold.is_some() && !matches!(args.strategy, StrategyName::Mti | StrategyName::Wedlm) {
+        anyhow::bail!("--entropy-threshold needs --strategy mti or --strategy wedlm");
+    }
+    if (args.window_size.is_some() || args.pos_penalty.is_some()) && args.strategy != StrategyName::Wedlm {
+        anyhow::bail!("--window-size and --pos-penalty need --strategy wedlm");
     }
     if (args.entropix_config.is_some() || args.entropix_samples.is_some()) && args.strategy != StrategyName::Entropix {
         anyhow::bail!("--entropix-config and --entropix-samples need --strategy entropix");
@@ -99,6 +116,19 @@ fn decoding(args: &RunArgs) -> Result<Decoding> {
             args.entropix_config.as_deref(),
             args.entropix_samples,
         )?),
+        StrategyName::Wedlm => {
+            let d = WedlmConfig::default();
+            Decoding::Wedlm(WedlmConfig {
+                window_size: args.window_size.unwrap_or(d.window_size),
+                // Negative: nothing is ever below it, so exactly one mask per forward.
+                entropy_threshold: match args.entropy_threshold {
+                    Some(t) if t < 0.0 => None,
+                    Some(t) => Some(t),
+                    None => d.entropy_threshold,
+                },
+                pos_penalty: args.pos_penalty.unwrap_or(d.pos_penalty),
+            })
+        }
         StrategyName::Mti => {
             let d = MtiConfig::default();
             Decoding::Mti(MtiConfig {
@@ -215,6 +245,13 @@ pub fn run(args: RunArgs) -> Result<()> {
                 }
             }
         }
+    }
+    if args.strategy == StrategyName::Wedlm {
+        let w = &engine.metrics().wedlm;
+        let forwards = w.forwards.load(std::sync::atomic::Ordering::Relaxed);
+        let tokens = w.tokens.load(std::sync::atomic::Ordering::Relaxed);
+        let per = w.tokens_per_forward().unwrap_or(0.0);
+        eprintln!("[wedlm: {tokens} tokens committed in {forwards} window forwards, {per:.2} tokens per forward]");
     }
     engine.shutdown(entrobatch::ShutdownMode::Finish);
     Ok(())

@@ -50,8 +50,9 @@ impl WedlmConfig {
             return Err("wedlm: window_size must be at least 1".into());
         }
         if let Some(t) = self.entropy_threshold {
-            if !(t.is_finite() && t >= 0.0) {
-                return Err(format!("wedlm: entropy_threshold must be finite and >= 0 (or none), got {t}"));
+            // +inf is allowed: every mask is filled every forward.
+            if t.is_nan() || t < 0.0 {
+                return Err(format!("wedlm: entropy_threshold must be >= 0 (or none), got {t}"));
             }
         }
         if !(self.pos_penalty.is_finite() && self.pos_penalty >= 0.0) {

@@ -4,7 +4,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::entropy::entropy_varentropy_nats;
 
 const LN_2: f64 = std::f64::consts::LN_2;
 
@@ -17,10 +16,58 @@ pub struct LogitStats {
 
 /// From the raw logits: temperature 1, before any penalty or filter.
 pub fn logit_stats(logits: &[f32]) -> LogitStats {
-    let (h, v) = entropy_varentropy_nats(logits);
-    LogitStats {
-        entropy: (f64::from(h) / LN_2) as f32,
-        varentropy: (f64::from(v) / (LN_2 * LN_2)) as f32,
+    row_moments(logits).stats
+}
+
+/// The stats plus the row's log-partition, from one `exp` pass over the vocabulary: the
+/// sampler needs both every step, and three separate passes (entropy, varentropy, logprobs)
+/// cost about as much as the rest of an entropix step together.
+pub(crate) struct RowMoments {
+    pub stats: LogitStats,
+    max: f32,
+    log_z: f64,
+}
+
+impl RowMoments {
+    /// `ln p` of a raw logit.
+    pub fn logprob(&self, logit: f32) -> f32 {
+        (f64::from(logit - self.max) - self.log_z) as f32
+    }
+}
+
+/// With `s_i = l_i - max` and `p_i = e^{s_i} / Z`: `H = ln Z - E[s]`, `Var[-ln p] = Var[s]`
+/// (as in `entropy.rs`); the second moment is taken around the mean from the stored weights.
+pub(crate) fn row_moments(logits: &[f32]) -> RowMoments {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        // Empty or fully masked: no uncertainty to measure.
+        return RowMoments { stats: LogitStats::default(), max, log_z: 0.0 };
+    }
+    let weights: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
+    let (mut z, mut first) = (0f64, 0f64);
+    for (&w, &l) in weights.iter().zip(logits) {
+        // Zero-weight (masked) entries are skipped so `0 * -inf` never makes a NaN.
+        if w > 0.0 {
+            z += f64::from(w);
+            first += f64::from(w) * f64::from(l - max);
+        }
+    }
+    let mean = first / z;
+    let mut second = 0f64;
+    for (&w, &l) in weights.iter().zip(logits) {
+        if w > 0.0 {
+            let d = f64::from(l - max) - mean;
+            second += f64::from(w) * d * d;
+        }
+    }
+    let log_z = z.ln();
+    RowMoments {
+        stats: LogitStats {
+            entropy: ((log_z - mean) / LN_2) as f32,
+            varentropy: (second / z / (LN_2 * LN_2)) as f32,
+        },
+        max,
+        log_z,
     }
 }
 
@@ -85,6 +132,18 @@ pub fn attention_stats(scores: &[f32], heads: usize, keys: usize) -> AttentionSt
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::entropy::entropy_varentropy_nats;
+
+    #[test]
+    fn one_pass_moments_match_the_sampler_entropy() {
+        let logits: Vec<f32> = (0..1000).map(|i| ((i * 7919 % 1000) as f32 * 0.013).sin() * 6.0).collect();
+        let (h, v) = entropy_varentropy_nats(&logits);
+        let m = row_moments(&logits);
+        assert!((f64::from(m.stats.entropy) * LN_2 - f64::from(h)).abs() < 1e-5);
+        assert!((f64::from(m.stats.varentropy) * LN_2 * LN_2 - f64::from(v)).abs() < 1e-4);
+        let lp = crate::log_softmax(&logits);
+        assert!((m.logprob(logits[3]) - lp[3]).abs() < 1e-5);
+    }
 
     #[test]
     fn uniform_logits_have_log2_n_bits() {

@@ -4,10 +4,9 @@ use super::adaptive::{draw_candidates, AdaptiveRow, Candidate};
 use super::branch::{classify, Branch, Quadrant};
 use super::config::EntropixConfig;
 use super::filters::{adaptive_filter, explore_filter, pause_sample_filter, resample_filter};
-use super::metrics::{logit_stats, AttentionStats, LogitStats};
+use super::metrics::{row_moments, AttentionStats, LogitStats};
 use crate::error::SamplerError;
 use crate::filter::{argmax, sample_filtered, FilterConfig};
-use crate::logprobs::Normalizer;
 use crate::rng::uniform;
 
 /// Everything one step of one sequence needs.
@@ -61,10 +60,10 @@ pub fn entropix_sample(
     if !draw_logits.iter().any(|&l| l > f32::NEG_INFINITY) {
         return Err(SamplerError::AllTokensMasked);
     }
-    let logit = logit_stats(logits);
+    let moments = row_moments(logits);
+    let logit = moments.stats;
     let attn = input.attention.unwrap_or_default();
-    let norm = Normalizer::new(logits);
-    let raw_logprob = |t: u32| logits.get(t as usize).map_or(f32::NEG_INFINITY, |&l| norm.logprob(l));
+    let raw_logprob = |t: u32| logits.get(t as usize).map_or(f32::NEG_INFINITY, |&l| moments.logprob(l));
     let single = |filter: FilterConfig| sample_filtered(draw_logits, &filter, uniform(input.seed, input.step, 0));
 
     let pause = input
