@@ -5,7 +5,8 @@
 //!
 //! BENCH_STRATEGIES=mti instead compares decoding strategies on the same requests (default
 //! 32 x (64 in + 64 out), concurrency 32): plain, MTI at each BENCH_MTI_THRESHOLDS
-//! (default -1,0.5,1.0,2.0) with BENCH_MTI_SCALE (default 1.5), plain again.
+//! (default -1,0.5,1.0,2.0,inf) with BENCH_MTI_SCALE (default 1.5), plain again; prompts are
+//! windows of English prose (BENCH_MTI_PROMPTS=synthetic for the random-token ones).
 //!
 //! BENCH_STRATEGIES=entropix: the same requests all plain, all entropix (v1 defaults), plain
 //! again (default 32 x (64 in + 64 out), concurrency 32), plus the entropix branch counts.
@@ -62,13 +63,18 @@ fn compare_mti(model: PathBuf) -> anyhow::Result<()> {
         decoding: entrobatch::Decoding::Plain,
     };
     let thresholds: Vec<f32> = std::env::var("BENCH_MTI_THRESHOLDS")
-        .unwrap_or_else(|_| "-1,0.5,1.0,2.0".into())
+        .unwrap_or_else(|_| "-1,0.5,1.0,2.0,inf".into())
         .split(',')
         .map(|t| t.trim().parse())
         .collect::<Result<_, _>>()?;
     let scale = std::env::var("BENCH_MTI_SCALE").ok().and_then(|v| v.parse().ok()).unwrap_or(1.5);
     let runs = strategy_compare::mti_runs(&thresholds, scale);
-    let results = strategy_compare::compare(&config, &runs, |label| eprintln!("running {label}"))?;
+    let prompts = match std::env::var("BENCH_MTI_PROMPTS").as_deref() {
+        Ok("synthetic") => None,
+        _ => Some(strategy_compare::text_prompts(&config.model, config.requests, config.prompt_len)?),
+    };
+    let results =
+        strategy_compare::compare_on(&config, prompts.as_deref(), &runs, |label| eprintln!("running {label}"))?;
     let json = serde_json::to_string_pretty(&results)?;
     print!("{}", strategy_compare::render(&results));
     if let Ok(path) = std::env::var("BENCH_JSON") {

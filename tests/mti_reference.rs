@@ -37,7 +37,9 @@ struct Step {
 
 impl Harness {
     fn new(path: &Path, prompt: &[u32], config: &MtiConfig) -> (Self, Vec<u32>) {
-        let (model, tokenizer): (_, GgufTokenizer) = load_gguf(path, MatmulMode::Quantized).expect("load");
+        let (mut model, tokenizer): (_, GgufTokenizer) = load_gguf(path, MatmulMode::Quantized).expect("load");
+        // Bit-comparable with candle-transformers' model: mirror its attention ops.
+        model.set_attention_kernel(entrobatch::model_runner::AttentionKernel::CandleMirror);
         let runner = ModelRunner::new(model, 32, BLOCK).expect("runner");
         let mut scheduler = Scheduler::new(SchedulerConfig {
             max_num_batched_tokens: 64,

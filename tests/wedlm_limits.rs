@@ -143,3 +143,13 @@ fn wedlm_on_a_model_without_a_mask_token_is_rejected_at_submit() {
         .collect_blocking();
     assert_eq!(out.token_ids.len(), 6);
 }
+
+#[test]
+fn wedlm_requests_parse_from_json_with_the_reference_defaults() {
+    let d: entrobatch::Decoding = serde_json::from_str(r#"{"strategy": "wedlm"}"#).unwrap();
+    assert_eq!(d, entrobatch::Decoding::Wedlm(wedlm(16, Some(0.4), 0.02)));
+    let d: entrobatch::Decoding =
+        serde_json::from_str(r#"{"strategy": "wedlm", "window_size": 4, "entropy_threshold": null, "pos_penalty": 1.0}"#)
+            .unwrap();
+    assert_eq!(d, entrobatch::Decoding::Wedlm(wedlm(4, None, 1.0)));
+}

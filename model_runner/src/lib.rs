@@ -1,5 +1,7 @@
-//! Model execution for entrobatch: GGUF llama/qwen2 models run one packed varlen batch per
-//! step over a paged KV cache, plus the tokenizer defined in the GGUF metadata.
+//! Model execution for entrobatch: GGUF llama/qwen2 models and Hugging Face checkpoint
+//! directories (llama, qwen2, qwen3, WeDLM; `load_model` picks by path) run one packed varlen
+//! batch per step over a paged KV cache, plus the tokenizer from the GGUF metadata or the
+//! directory's tokenizer.json.
 
 pub mod attention;
 pub mod attention_exact;

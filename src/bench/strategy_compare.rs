@@ -5,7 +5,7 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use super::throughput::{run, ThroughputConfig, ThroughputReport};
+use super::throughput::{run_with_prompts, ThroughputConfig, ThroughputReport};
 use crate::strategy::MtiConfig;
 use crate::Decoding;
 
@@ -36,13 +36,23 @@ pub fn mti_runs(thresholds: &[f32], guidance_scale: f32) -> Vec<(String, Decodin
 pub fn compare(
     config: &ThroughputConfig,
     runs: &[(String, Decoding)],
+    on_run: impl FnMut(&str),
+) -> Result<Vec<StrategyRun>> {
+    compare_on(config, None, runs, on_run)
+}
+
+/// `compare` on the given prompts (synthetic ones when None).
+pub fn compare_on(
+    config: &ThroughputConfig,
+    prompts: Option<&[Vec<u32>]>,
+    runs: &[(String, Decoding)],
     mut on_run: impl FnMut(&str),
 ) -> Result<Vec<StrategyRun>> {
     let mut out = Vec::with_capacity(runs.len());
     for (label, decoding) in runs {
         on_run(label);
         let config = ThroughputConfig { decoding: decoding.clone(), baseline_requests: 0, ..config.clone() };
-        let report = run(&config, |_| {})?;
+        let report = run_with_prompts(&config, prompts, |_| {})?;
         let wall_ms = report.engine.wall_secs * 1e3;
         out.push(StrategyRun {
             label: label.clone(),
@@ -74,6 +84,7 @@ pub fn render(runs: &[StrategyRun]) -> String {
         r.model, r.requests, r.prompt_len, r.output_len, r.concurrency,
         "strategy", "ms/token", "vs plain", "trigger", "steps", "ms/step", "wall s"
     );
+    out.insert_str(out.len() - 1, &format!("{:>14}", "decode ms/tok"));
     for run in runs {
         let trigger = run.report.mti_trigger_rate.map_or("-".to_string(), |t| format!("{:.1}%", 100.0 * t));
         out.push_str(&format!(
@@ -81,6 +92,43 @@ pub fn render(runs: &[StrategyRun]) -> String {
             run.label, run.ms_per_output_token, run.relative_to_plain, trigger,
             run.report.steps, run.ms_per_step, run.report.engine.wall_secs
         ));
+        let decode_ms = 1e3 / run.report.engine.decode_tokens_per_s.max(1e-9);
+        out.insert_str(out.len() - 1, &format!("{decode_ms:>14.2}"));
     }
     out
+}
+
+/// English prose for `text_prompts`: strategies that react to the model's uncertainty behave
+/// on text as they would in use, where random token prompts make every row uncertain.
+const PROSE: &str = "The old lighthouse stood at the edge of the cliff for more than two hundred years. \
+Every evening the keeper climbed the narrow stairs, trimmed the wick and polished the great lens, \
+so that ships passing in the dark would know where the rocks were. When electricity reached the \
+village, the lamp was replaced by a bulb and the keeper by a timer, but people still walked up the \
+hill at sunset to watch the light come on. Bread is one of the oldest prepared foods. To make a \
+simple loaf, mix flour, water, salt and yeast into a dough, knead it until it is smooth and \
+elastic, and leave it to rise in a warm place for about an hour. Then shape it, let it rise again, \
+and bake it in a hot oven until the crust is brown and the loaf sounds hollow when tapped. \
+Photosynthesis is the process by which green plants turn light into chemical energy. Inside the \
+leaves, chlorophyll absorbs sunlight and uses it to combine carbon dioxide from the air with \
+water from the soil, producing sugar and releasing oxygen as a by-product. Almost every food \
+chain on Earth begins with this reaction. The first computers filled entire rooms and were \
+programmed by plugging cables into panels. Later machines read their instructions from punched \
+cards, and it was only with the invention of the transistor and then the integrated circuit that \
+computers became small, cheap and reliable enough to sit on a desk. Today a phone in a pocket \
+holds more computing power than all the machines of the nineteen sixties put together. On a \
+quiet morning in early spring, the river was high with melted snow, and the children from the \
+farm ran down to the bridge to watch branches and chunks of ice race past underneath.";
+
+/// `n` distinct windows of `len` tokens over `PROSE` (distinct first blocks, so the prefix
+/// cache cannot share them).
+pub fn text_prompts(model: &std::path::Path, n: usize, len: usize) -> Result<Vec<Vec<u32>>> {
+    let mut file = std::fs::File::open(model)?;
+    let content = candle_core::quantized::gguf_file::Content::read(&mut file)?;
+    let tokenizer = crate::model_runner::GgufTokenizer::from_gguf(&content)?;
+    let ids = tokenizer.encode(PROSE, false)?;
+    if ids.len() < len + n {
+        anyhow::bail!("the prose is {} tokens: too short for {n} windows of {len}", ids.len());
+    }
+    let stride = (ids.len() - len) / n;
+    Ok((0..n).map(|i| ids[i * stride..i * stride + len].to_vec()).collect())
 }

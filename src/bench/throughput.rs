@@ -75,7 +75,16 @@ pub fn synthetic_prompts(vocab: usize, n: usize, len: usize) -> Vec<Vec<u32>> {
         .collect()
 }
 
-pub fn run(config: &ThroughputConfig, mut on_progress: impl FnMut(usize)) -> Result<ThroughputReport> {
+pub fn run(config: &ThroughputConfig, on_progress: impl FnMut(usize)) -> Result<ThroughputReport> {
+    run_with_prompts(config, None, on_progress)
+}
+
+/// `run` on the given prompts (`requests` of `prompt_len` tokens) instead of synthetic ones.
+pub fn run_with_prompts(
+    config: &ThroughputConfig,
+    prompts: Option<&[Vec<u32>]>,
+    mut on_progress: impl FnMut(usize),
+) -> Result<ThroughputReport> {
     let mut engine_config = config.engine.clone().unwrap_or_else(|| {
         // Throughput runs measure the fast path; the default mode trades speed for
         // batch-invariant results.
@@ -85,7 +94,10 @@ pub fn run(config: &ThroughputConfig, mut on_progress: impl FnMut(usize)) -> Res
     });
     engine_config.max_num_seqs = config.concurrency;
     let engine = Engine::start(engine_config)?;
-    let prompts = synthetic_prompts(engine.info().model_config.vocab_size, config.requests, config.prompt_len);
+    let prompts = match prompts {
+        Some(p) => p.to_vec(),
+        None => synthetic_prompts(engine.info().model_config.vocab_size, config.requests, config.prompt_len),
+    };
     let params = GenerationParams {
         sampling: SamplingParams::greedy(),
         max_tokens: config.output_len,
@@ -130,7 +142,7 @@ pub fn run(config: &ThroughputConfig, mut on_progress: impl FnMut(usize)) -> Res
     let steps = metrics.steps.load(Ordering::Relaxed);
     let mti_trigger_rate = metrics.mti_trigger_rate();
     engine.shutdown(crate::ShutdownMode::Finish);
-    let prompt_tokens = config.requests * config.prompt_len;
+    let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
     let decode_secs = (wall - last_first_token).max(1e-9);
     let engine_rates = PhaseRates {
         prefill_tokens_per_s: prompt_tokens as f64 / last_first_token.max(1e-9),

@@ -71,6 +71,10 @@ impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> Self {
         let message = e.to_string();
         match e {
+            // `Engine::validate` prefixes strategy errors with "decoding:".
+            EngineError::InvalidRequest(m) if m.starts_with("decoding:") => {
+                Self::invalid_param("decoding", message).with_code("invalid_decoding")
+            }
             EngineError::InvalidRequest(_) => Self::bad_request(message),
             EngineError::NeverFits { .. } => {
                 Self::invalid_param("max_tokens", message).with_code("context_length_exceeded")
