@@ -9,7 +9,8 @@
 //! windows of English prose (BENCH_MTI_PROMPTS=synthetic for the random-token ones).
 //!
 //! BENCH_STRATEGIES=entropix: the same requests all plain, all entropix (v1 defaults), plain
-//! again (default 32 x (64 in + 64 out), concurrency 32), plus the entropix branch counts.
+//! again, BENCH_ROUNDS times alternating (default 1; 32 x (64 in + 64 out), concurrency 32),
+//! plus the entropix branch counts.
 //! BENCH_DECODING=plain|entropix sets the strategy of every request of the single run.
 
 use std::path::PathBuf;
@@ -104,13 +105,20 @@ fn compare_entropix(model: PathBuf) -> anyhow::Result<()> {
         engine: None,
         decoding: Decoding::Plain,
     };
-    let runs = [
-        ("plain".to_string(), Decoding::Plain),
-        ("entropix".to_string(), Decoding::Entropix(Default::default())),
-        ("plain (again)".to_string(), Decoding::Plain),
-    ];
+    // Alternating rounds on a shared machine: plain, entropix, ..., plain.
+    let rounds = env_usize("BENCH_ROUNDS", 1).max(1);
+    let mut runs = Vec::new();
+    for r in 1..=rounds {
+        runs.push((format!("plain #{r}"), Decoding::Plain));
+        runs.push((format!("entropix #{r}"), Decoding::Entropix(Default::default())));
+    }
+    runs.push((format!("plain #{}", rounds + 1), Decoding::Plain));
     let results = strategy_compare::compare(&config, &runs, |label| eprintln!("running {label}"))?;
     print!("{}", strategy_compare::render(&results));
+    let entropix: Vec<f64> =
+        results.iter().filter(|r| r.report.entropix_branches.is_some()).map(|r| r.relative_to_plain).collect();
+    let mean = entropix.iter().sum::<f64>() / entropix.len().max(1) as f64;
+    println!("entropix time per output token vs plain: {mean:.3}x (mean of {} runs)", entropix.len());
     for r in &results {
         if let Some(branches) = &r.report.entropix_branches {
             let total: usize = branches.values().sum();

@@ -16,7 +16,6 @@ const NEW_TOKENS: usize = 36;
 const TOP: usize = 5;
 /// Blocks of 16 tokens: small enough that the 8 requests preempt each other.
 const SMALL_POOL: usize = 20;
-const LARGE_POOL: usize = 256;
 
 type Steps = Vec<(u32, Vec<(u32, f32)>)>;
 
@@ -125,14 +124,6 @@ fn assert_equivalent(path: &Path, arch: RefArch, mode: MatmulMode, num_blocks: u
     }
     engine.shutdown(entrobatch::ShutdownMode::Finish);
     assert_eq!(EngineMetrics::get(&metrics.kv_blocks_used), 0, "blocks leaked");
-}
-
-/// Bit-identity holds for whole prefills and decodes, but candle's GEMM rounds some chunk
-/// shapes differently from the reference's single full-prompt shape, and int8 activations
-/// amplify that: so chunked prompts may diverge, only at near-ties.
-#[test]
-fn smollm2_batched_and_chunked_stays_close_to_candle_quantized_llama() {
-    assert_equivalent(&common::smollm2_path(), RefArch::Llama, MatmulMode::Quantized, LARGE_POOL, Expect::Close);
 }
 
 /// A preempted sequence is recomputed as one prefill of prompt + generated tokens, where the

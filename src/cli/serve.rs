@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use entrobatch::server::{serve_until_signal, ServerConfig};
-use entrobatch::{Engine, EngineConfig};
+use entrobatch::{Engine, EngineConfig, MatmulMode};
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -40,6 +40,10 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get to finish after SIGINT/SIGTERM before being aborted.
     #[arg(long, default_value_t = 30)]
     pub shutdown_grace: u64,
+    /// Throughput mode: f32 GEMM for steps of 8+ rows (more memory; a request's tokens then
+    /// depend on what else is in the batch). Default: quantized kernels, batch-independent.
+    #[arg(long)]
+    pub fast_matmul: bool,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -50,6 +54,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     config.max_num_batched_tokens = args.max_num_batched_tokens;
     config.max_model_len = args.max_model_len;
     config.kv_cache_bytes = args.kv_cache_mb << 20;
+    if args.fast_matmul {
+        config.matmul_mode = MatmulMode::fast();
+    }
     let engine = Arc::new(Engine::start(config)?);
     let server_config = ServerConfig {
         served_model_name: args.served_model_name.clone(),
