@@ -5,8 +5,9 @@
 //!
 //! BENCH_STRATEGIES=mti instead compares decoding strategies on the same requests (default
 //! 32 x (64 in + 64 out), concurrency 32): plain, MTI at each BENCH_MTI_THRESHOLDS
-//! (default -1,0.5,1.0,2.0,inf) with BENCH_MTI_SCALE (default 1.5), plain again; prompts are
-//! windows of English prose (BENCH_MTI_PROMPTS=synthetic for the random-token ones).
+//! (default -1,0.5,1.0,2.0,3.0,4.0,inf) with BENCH_MTI_SCALE (default 1.5), plain again; prompts are
+//! windows of English prose (BENCH_MTI_PROMPTS=synthetic for the random-token ones); every
+//! run is repeated BENCH_ROUNDS (default 2) times in turn and keeps its fastest round.
 //!
 //! BENCH_STRATEGIES=entropix: the same requests all plain, all entropix (v1 defaults), plain
 //! again, BENCH_ROUNDS times alternating (default 1; 32 x (64 in + 64 out), concurrency 32),
@@ -64,7 +65,7 @@ fn compare_mti(model: PathBuf) -> anyhow::Result<()> {
         decoding: entrobatch::Decoding::Plain,
     };
     let thresholds: Vec<f32> = std::env::var("BENCH_MTI_THRESHOLDS")
-        .unwrap_or_else(|_| "-1,0.5,1.0,2.0,inf".into())
+        .unwrap_or_else(|_| "-1,0.5,1.0,2.0,3.0,4.0,inf".into())
         .split(',')
         .map(|t| t.trim().parse())
         .collect::<Result<_, _>>()?;
@@ -74,8 +75,10 @@ fn compare_mti(model: PathBuf) -> anyhow::Result<()> {
         Ok("synthetic") => None,
         _ => Some(strategy_compare::text_prompts(&config.model, config.requests, config.prompt_len)?),
     };
-    let results =
-        strategy_compare::compare_on(&config, prompts.as_deref(), &runs, |label| eprintln!("running {label}"))?;
+    let rounds = env_usize("BENCH_ROUNDS", 2);
+    let results = strategy_compare::compare_on(&config, prompts.as_deref(), &runs, rounds, |label| {
+        eprintln!("running {label}")
+    })?;
     let json = serde_json::to_string_pretty(&results)?;
     print!("{}", strategy_compare::render(&results));
     if let Ok(path) = std::env::var("BENCH_JSON") {

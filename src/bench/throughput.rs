@@ -51,6 +51,9 @@ pub struct ThroughputReport {
     pub output_tokens: usize,
     /// Guided share of MTI tokens (the engine's MTI counters); None without MTI tokens.
     pub mti_trigger_rate: Option<f64>,
+    /// CPU time of the whole process (all threads) over the timed section: on a shared
+    /// machine it varies less with other tenants' load than wall time. 0 without /proc.
+    pub cpu_secs: f64,
     /// Tokens per entropix branch; None without entropix tokens.
     pub entropix_branches: Option<std::collections::BTreeMap<String, usize>>,
 }
@@ -108,6 +111,7 @@ pub fn run_with_prompts(
         ..GenerationParams::default()
     };
     let start = Instant::now();
+    let cpu_start = process_cpu_secs();
     let handles = prompts
         .iter()
         .map(|p| engine.submit(Request::new(Prompt::TokenIds(p.clone()), params.clone())))
@@ -137,6 +141,7 @@ pub fn run_with_prompts(
         on_progress(i + 1);
     }
     let wall = start.elapsed().as_secs_f64();
+    let cpu_secs = process_cpu_secs() - cpu_start;
     let metrics = engine.metrics();
     let preemptions = metrics.preemptions.load(Ordering::Relaxed);
     let steps = metrics.steps.load(Ordering::Relaxed);
@@ -170,6 +175,7 @@ pub fn run_with_prompts(
         decoding: config.decoding.clone(),
         output_tokens,
         mti_trigger_rate,
+        cpu_secs,
         entropix_branches: (!branches.is_empty()).then_some(branches),
     })
 }
@@ -184,6 +190,17 @@ fn baseline_rates(model: &Path, prompts: &[Vec<u32>], output_len: usize) -> Resu
         total_tokens_per_s: (t.prompt_tokens + t.output_tokens) as f64 / wall,
         wall_secs: wall,
     })
+}
+
+/// User + system CPU seconds of this process, all threads (Linux `/proc/self/stat`, in
+/// USER_HZ = 100 ticks); 0 elsewhere.
+pub fn process_cpu_secs() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
+    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { return 0.0 };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    (tick(11) + tick(12)) / 100.0
 }
 
 fn display_name(path: &Path) -> String {

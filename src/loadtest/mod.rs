@@ -87,7 +87,7 @@ pub async fn run(config: &LoadTestConfig) -> Result<LoadTestReport> {
         bail!("--requests and --output-len must be at least 1");
     }
     if let Some(rate) = config.rate {
-        if !(rate > 0.0) {
+        if rate.is_nan() || rate <= 0.0 {
             bail!("--rate must be positive, got {rate}");
         }
     }

@@ -9,6 +9,13 @@
 //! drawn from the blend. Only triggered sequences pay rows, and they pay L rows, not a second
 //! batch-wide forward. With a negative threshold every row triggers, so the unconditional
 //! rows ride along with the decode row of the same step instead (classic CFG, no extra step).
+//!
+//! Every token MTI emits while active carries `TokenMetrics` (entropy in bits of the raw
+//! conditional row, `guided`), so clients see which tokens were guided; a guided token's
+//! logprob is taken from the blended distribution it was drawn from (as in the reference
+//! vLLM patch, which rewrites the logits before the sampler).
+
+use std::borrow::Cow;
 
 use entrobatch_sampler::mti::{cfg_blend, guidance_triggers};
 use entrobatch_sampler::{entropy_varentropy_nats, sample_row, SampleInput};
@@ -66,8 +73,8 @@ impl MtiConfig {
 }
 
 /// A conditional row found uncertain, waiting for its unconditional rows.
-struct PendingGuidance {
-    cond: Vec<f32>,
+struct PendingGuidance<'a> {
+    cond: Cow<'a, [f32]>,
     entropy: f32,
     varentropy: f32,
 }
@@ -78,7 +85,7 @@ pub struct MtiStrategy {
     negative: Vec<u32>,
     /// Every row triggers (tau < 0): schedule the unconditional rows with the decode row.
     fused: bool,
-    pending: Option<PendingGuidance>,
+    pending: Option<PendingGuidance<'static>>,
     /// Scratch rows this step's span carries (set while the batch is built).
     scratch_this_step: usize,
     tokens: u64,
@@ -177,10 +184,11 @@ impl SequenceStrategy for MtiStrategy {
             (false, [cond]) => (None, Some(*cond)),
             _ => return Err(format!("mti: unexpected {} logits rows", input.logits.len())),
         };
+        // Borrowed while fresh: only a row that waits for its scratch rows is copied.
         let pending = match fresh {
             Some(cond) => {
                 let (entropy, varentropy) = entropy_varentropy_nats(cond);
-                PendingGuidance { cond: cond.to_vec(), entropy, varentropy }
+                PendingGuidance { cond: Cow::Borrowed(cond), entropy, varentropy }
             }
             None => self.pending.take().ok_or("mti: unconditional rows without a pending token")?,
         };
@@ -188,7 +196,8 @@ impl SequenceStrategy for MtiStrategy {
         let l = self.negative.len();
         let (token_id, logprob) = match (triggered, uncond) {
             (true, None) => {
-                self.pending = Some(pending);
+                let PendingGuidance { cond, entropy, varentropy } = pending;
+                self.pending = Some(PendingGuidance { cond: Cow::Owned(cond.into_owned()), entropy, varentropy });
                 return Ok(StrategyOutput { tokens: Vec::new(), next_scratch_rows: l });
             }
             (true, Some(uncond)) => self.sample(&input, &cfg_blend(&pending.cond, uncond, self.scale))?,

@@ -24,6 +24,7 @@
 
 use super::config::EntropixConfig;
 use super::metrics::{AttentionStats, LogitStats};
+use super::shortlist::Shortlist;
 use crate::filter::{sample_filtered, FilterConfig};
 use crate::rng::uniform;
 
@@ -78,9 +79,14 @@ pub fn draw_candidates(
     let n = cfg.n_adaptive_samples.max(1);
     let mut candidates: Vec<Candidate> = Vec::with_capacity(n);
     let mut best = 0;
+    // The top-k is found once for all N draws.
+    let shortlist = Shortlist::top_k(row.draw_logits, filter.top_k, None);
     for draw in 0..n {
         let u = uniform(row.seed, row.step, draw as u64);
-        let token_id = sample_filtered(row.draw_logits, filter, u);
+        let token_id = match &shortlist {
+            Some(s) => s.draw(filter, u),
+            None => sample_filtered(row.draw_logits, filter, u),
+        };
         let logprob = (row.raw_logprob)(token_id);
         let score = candidate_score(cfg, logprob, logit, attn);
         // Strict `>`: NaN never wins and ties keep the earliest draw.

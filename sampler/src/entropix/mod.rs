@@ -22,6 +22,7 @@ mod branch;
 mod config;
 mod filters;
 mod metrics;
+mod shortlist;
 mod step;
 
 pub use adaptive::{candidate_score, Candidate};

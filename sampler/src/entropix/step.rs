@@ -6,7 +6,8 @@ use super::config::EntropixConfig;
 use super::filters::{adaptive_filter, explore_filter, pause_sample_filter, resample_filter};
 use super::metrics::{row_moments, AttentionStats, LogitStats};
 use crate::error::SamplerError;
-use crate::filter::{argmax, sample_filtered, FilterConfig};
+use super::shortlist::draw_one;
+use crate::filter::{argmax, FilterConfig};
 use crate::rng::uniform;
 
 /// Everything one step of one sequence needs.
@@ -64,7 +65,7 @@ pub fn entropix_sample(
     let logit = moments.stats;
     let attn = input.attention.unwrap_or_default();
     let raw_logprob = |t: u32| logits.get(t as usize).map_or(f32::NEG_INFINITY, |&l| moments.logprob(l));
-    let single = |filter: FilterConfig| sample_filtered(draw_logits, &filter, uniform(input.seed, input.step, 0));
+    let single = |filter: FilterConfig| draw_one(draw_logits, &filter, uniform(input.seed, input.step, 0), None);
 
     let pause = input
         .pause_token
@@ -74,18 +75,10 @@ pub fn entropix_sample(
         Quadrant::Helv => match pause {
             Some(p) => (p, Branch::Pause, None, Vec::new()),
             None => {
-                // Hotter, and never the pause token again: it is excluded from this draw.
+                // Hotter, and never the pause token again: it is left out of this draw.
                 let f = pause_sample_filter(cfg, &attn);
                 let u = uniform(input.seed, input.step, 0);
-                let token = match input.pause_token.filter(|&p| (p as usize) < draw_logits.len()) {
-                    Some(p) if draw_logits.iter().enumerate().any(|(i, &l)| i != p as usize && l > f32::NEG_INFINITY) => {
-                        let mut masked = draw_logits.to_vec();
-                        masked[p as usize] = f32::NEG_INFINITY;
-                        sample_filtered(&masked, &f, u)
-                    }
-                    _ => sample_filtered(draw_logits, &f, u),
-                };
-                (token, Branch::PauseSample, Some(f), Vec::new())
+                (draw_one(draw_logits, &f, u, input.pause_token), Branch::PauseSample, Some(f), Vec::new())
             }
         },
         Quadrant::Lehv => {
@@ -113,3 +106,4 @@ pub fn entropix_sample(
         logprob: raw_logprob(token_id),
     })
 }
+
