@@ -116,29 +116,65 @@ pub fn run_with_prompts(
         .iter()
         .map(|p| engine.submit(Request::new(Prompt::TokenIds(p.clone()), params.clone())))
         .collect::<std::result::Result<Vec<_>, _>>()?;
-    // Time to the last first-token approximates the end of the prefill-dominated phase.
+    // Time to the last first-token approximates the end of the prefill-dominated phase. Each
+    // handle is drained on its own thread: reading them one after another would see a later
+    // request's first token only after the earlier requests finished.
+    struct Drained {
+        output_tokens: usize,
+        first_token_secs: f64,
+        branches: Vec<String>,
+    }
+    let drained: Vec<Result<Drained>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = handles
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut handle)| {
+                scope.spawn(move || {
+                    let mut d = Drained { output_tokens: 0, first_token_secs: 0.0, branches: Vec::new() };
+                    while let Some(event) = handle.next_blocking() {
+                        match event {
+                            Event::Tokens { tokens, .. } => {
+                                if d.output_tokens == 0 && !tokens.is_empty() {
+                                    d.first_token_secs = start.elapsed().as_secs_f64();
+                                }
+                                d.output_tokens += tokens.len();
+                                d.branches.extend(tokens.iter().filter_map(|t| t.metrics.as_ref()?.branch.clone()));
+                            }
+                            Event::Finished { error: Some(e), .. } => anyhow::bail!("request {i} failed: {e}"),
+                            Event::Finished { .. } => {}
+                        }
+                    }
+                    Ok(d)
+                })
+            })
+            .collect::<Vec<_>>();
+        let mut reported = 0;
+        loop {
+            let finished = workers.iter().filter(|w| w.is_finished()).count();
+            if finished > reported {
+                reported = finished;
+                on_progress(finished);
+            }
+            if finished == workers.len() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a benchmark reader thread panicked"))))
+            .collect()
+    });
     let mut output_tokens = 0usize;
     let mut branches = std::collections::BTreeMap::<String, usize>::new();
     let mut last_first_token = 0f64;
-    for (i, mut handle) in handles.into_iter().enumerate() {
-        let mut first = true;
-        while let Some(event) = handle.next_blocking() {
-            match event {
-                Event::Tokens { tokens, .. } => {
-                    if first {
-                        last_first_token = last_first_token.max(start.elapsed().as_secs_f64());
-                        first = false;
-                    }
-                    output_tokens += tokens.len();
-                    for b in tokens.iter().filter_map(|t| t.metrics.as_ref()?.branch.clone()) {
-                        *branches.entry(b).or_default() += 1;
-                    }
-                }
-                Event::Finished { error: Some(e), .. } => anyhow::bail!("request {i} failed: {e}"),
-                Event::Finished { .. } => {}
-            }
+    for d in drained {
+        let d = d?;
+        output_tokens += d.output_tokens;
+        last_first_token = last_first_token.max(d.first_token_secs);
+        for b in d.branches {
+            *branches.entry(b).or_default() += 1;
         }
-        on_progress(i + 1);
     }
     let wall = start.elapsed().as_secs_f64();
     let cpu_secs = process_cpu_secs() - cpu_start;
