@@ -23,6 +23,9 @@ pub struct EngineConfig {
     pub attention_kernel: AttentionKernel,
     /// Requests admitted but not yet finished beyond which `submit` answers `QueueFull`.
     pub max_queued_requests: usize,
+    /// Test-only faults (tests/faults.rs); off by default.
+    #[doc(hidden)]
+    pub faults: crate::faults::FaultInjection,
 }
 
 impl EngineConfig {
@@ -39,6 +42,7 @@ impl EngineConfig {
             matmul_mode: MatmulMode::default(),
             attention_kernel: AttentionKernel::default(),
             max_queued_requests: 4096,
+            faults: Default::default(),
         }
     }
 }

@@ -91,6 +91,8 @@ impl Engine {
             commands: receiver,
             requests: HashMap::new(),
             draining: false,
+            faults: config.faults.clone(),
+            forwards: 0,
         };
         let thread = std::thread::Builder::new()
             .name("entrobatch-engine".into())

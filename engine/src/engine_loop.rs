@@ -12,6 +12,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::batch_builder::{build_batch, SpanResult};
 use crate::event::{Event, FinishReason, RequestId};
+use crate::faults::{check_logits_finite, FaultInjection};
 use crate::metrics::EngineMetrics;
 use crate::request::GenerationParams;
 use crate::request_state::RequestState;
@@ -43,6 +44,9 @@ pub struct EngineLoop {
     pub commands: Receiver<Command>,
     pub requests: HashMap<RequestId, RequestState>,
     pub draining: bool,
+    pub faults: FaultInjection,
+    /// Forwards run so far; `faults` counts in it.
+    pub forwards: u64,
 }
 
 impl EngineLoop {
@@ -188,9 +192,13 @@ impl EngineLoop {
         if batch.num_rows() == 0 {
             return;
         }
-        let runner = &mut self.runner;
-        let output = catch_unwind(AssertUnwindSafe(|| runner.execute(&batch)));
-        let output: ForwardOutput = match output {
+        let (runner, faults, forward) = (&mut self.runner, &self.faults, self.forwards);
+        self.forwards += 1;
+        let output = catch_unwind(AssertUnwindSafe(|| {
+            faults.before_forward(forward)?;
+            runner.execute(&batch)
+        }));
+        let mut output: ForwardOutput = match output {
             Ok(Ok(out)) => out,
             failure => {
                 let message = match failure {
@@ -206,6 +214,11 @@ impl EngineLoop {
             }
         };
         self.metrics.forward_rows.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+        if self.faults.is_active() {
+            for span in &spans {
+                self.faults.after_forward(span.seq_id, &span.logits_indices, &mut output);
+            }
+        }
         let decisions = self.process_spans(&output, &spans);
         for (id, decision) in decisions {
             match decision {
@@ -230,12 +243,19 @@ impl EngineLoop {
             .map(|s| (s.seq_id, s))
             .collect();
         let scheduler = &self.scheduler;
+        let mut invalid = Vec::new();
         let mut work: Vec<(RequestId, &mut Box<dyn SequenceStrategy>, StrategyInput<'_>)> = Vec::new();
         for (id, state) in self.requests.iter_mut() {
             let (Some(span), Some(seq)) = (by_id.get(id), scheduler.get(*id)) else { continue };
             let RequestState { strategy, params, seed, .. } = state;
+            let logits: Vec<&[f32]> = span.logits_indices.iter().map(|&i| output.row(i)).collect();
+            // Sampling from NaN/inf would emit arbitrary tokens: fail just this request.
+            if let Err(e) = check_logits_finite(&logits) {
+                invalid.push((*id, Err(e)));
+                continue;
+            }
             let input = StrategyInput {
-                logits: span.logits_indices.iter().map(|&i| output.row(i)).collect(),
+                logits,
                 attn_metrics: output.attn_metrics.get(span.span_index).copied().flatten(),
                 prompt_token_ids: &seq.token_ids()[..seq.num_prompt_tokens()],
                 output_token_ids: seq.output_token_ids(),
@@ -251,6 +271,7 @@ impl EngineLoop {
                     .unwrap_or_else(|_| Err("decoding strategy panicked".to_string()));
                 (id, result)
             })
+            .chain(invalid)
             .collect()
     }
 

@@ -15,6 +15,7 @@ pub mod engine;
 mod engine_loop;
 pub mod error;
 pub mod event;
+pub mod faults;
 pub mod handle;
 pub mod metrics;
 pub mod request;

@@ -1,19 +1,24 @@
-//! Random operation sequences on tiny pools and budgets; invariants checked after every step.
+//! Random operation sequences on tiny pools and budgets, with a mix of decoding strategies
+//! played by a fake runner (common/fake_runner.rs); invariants checked after every operation
+//! and step, and at the end nothing lost: every request finished, was aborted or was
+//! rejected with a reason, and every block is free.
 
 mod common;
 
-use common::check_output;
-use entrobatch_scheduler::{FinishReason, NewSequence, Scheduler, SchedulerConfig, SeqId};
+use common::fake_runner::{check_ownership, Driver, Kind};
+use entrobatch_scheduler::{Scheduler, SchedulerConfig};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
 enum Op {
     /// Tokens come from a tiny alphabet when `shared` so prefixes collide and hit the cache.
+    /// Lengths include 0 and values past `max_model_len`, which must be rejected.
     Add {
         prompt_len: usize,
         max_tokens: usize,
         shared: bool,
         salt: u32,
+        kind: Kind,
     },
     Schedule {
         stop_every: u32,
@@ -21,6 +26,7 @@ enum Op {
     Abort {
         pick: usize,
     },
+    /// Chaos on top of the strategies: rows and slots nobody asked for.
     Scratch {
         pick: usize,
         rows: usize,
@@ -31,14 +37,20 @@ enum Op {
     },
 }
 
+fn kind() -> impl Strategy<Value = Kind> {
+    prop_oneof![
+        2 => Just(Kind::Plain),
+        1 => Just(Kind::Entropix),
+        1 => (1usize..5).prop_map(|rows| Kind::Mti { rows }),
+        1 => (1usize..6).prop_map(|window| Kind::Wedlm { window }),
+    ]
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (1usize..24, 1usize..24, any::<bool>(), 0u32..4).prop_map(|(prompt_len, max_tokens, shared, salt)| Op::Add {
-            prompt_len,
-            max_tokens,
-            shared,
-            salt
-        }),
+        3 => (0usize..24, 0usize..24, any::<bool>(), 0u32..4, kind()).prop_map(
+            |(prompt_len, max_tokens, shared, salt, kind)| Op::Add { prompt_len, max_tokens, shared, salt, kind }
+        ),
         6 => (4u32..40).prop_map(|stop_every| Op::Schedule { stop_every }),
         1 => any::<usize>().prop_map(|pick| Op::Abort { pick }),
         1 => (any::<usize>(), 0usize..4).prop_map(|(pick, rows)| Op::Scratch { pick, rows }),
@@ -59,113 +71,40 @@ fn scheduler_config() -> impl Strategy<Value = SchedulerConfig> {
     )
 }
 
-struct Driver {
-    s: Scheduler,
-    ids: Vec<SeqId>,
-    next_id: SeqId,
-    tick: u32,
-}
-
-impl Driver {
-    fn live(&self, pick: usize) -> Option<SeqId> {
-        let live: Vec<SeqId> = self
-            .ids
-            .iter()
-            .copied()
-            .filter(|&id| self.s.get(id).is_some())
-            .collect();
-        (!live.is_empty()).then(|| live[pick % live.len()])
+fn apply(d: &mut Driver, op: &Op) {
+    match *op {
+        Op::Add { prompt_len, max_tokens, shared, salt, kind } => {
+            let id = d.next_id as u32;
+            let prompt = (0..prompt_len as u32)
+                .map(|i| if shared { (i / 5 + salt) % 2 } else { id * 100 + i })
+                .collect();
+            d.add(prompt, max_tokens, kind);
+        }
+        Op::Schedule { stop_every } => {
+            d.step(stop_every);
+        }
+        Op::Abort { pick } => {
+            if let Some(id) = d.pick(pick) {
+                d.abort(id);
+            }
+        }
+        Op::Scratch { pick, rows } => {
+            // MTI and WeDLM own their requests: withdrawing one from a caught-up sequence
+            // would leave it nothing to run, which the engine never does.
+            let owned = |id| matches!(d.kinds.get(&id), Some(Kind::Mti { .. } | Kind::Wedlm { .. }));
+            if let Some(id) = d.pick(pick).filter(|&id| !owned(id)) {
+                let fits = rows < d.s.config().max_num_batched_tokens;
+                assert_eq!(d.s.request_scratch_rows(id, rows).is_ok(), fits);
+            }
+        }
+        Op::Lookahead { pick, slots } => {
+            if let Some(id) = d.pick(pick) {
+                let _ = d.s.set_lookahead_slots(id, slots);
+            }
+        }
     }
-
-    /// One engine step; returns how many rows were scheduled.
-    fn schedule(&mut self, stop_every: u32) -> usize {
-        let running_before: Vec<SeqId> = self.s.running_ids().collect();
-        let out = self.s.schedule();
-        check_output(&self.s, &out);
-        for &id in &out.preempted {
-            assert!(self
-                .s
-                .get(id)
-                .is_some_and(|seq| seq.num_computed_tokens() == 0));
-            assert!(
-                out.scheduled.iter().all(|r| r.seq_id != id),
-                "victim re-admitted in the step that preempted it"
-            );
-        }
-        if !out.preempted.is_empty() {
-            assert!(
-                out.scheduled
-                    .iter()
-                    .all(|r| running_before.contains(&r.seq_id)),
-                "no admission after preemption"
-            );
-        }
-        for row in out.scheduled.iter().filter(|r| r.needs_sample) {
-            self.tick += 1;
-            self.s.append_token(row.seq_id, self.tick % 5).unwrap();
-            let seq = self.s.get(row.seq_id).unwrap();
-            if seq.num_output_tokens() == seq.max_tokens() {
-                self.s.finish(row.seq_id, FinishReason::Length).unwrap();
-            } else if self.tick.is_multiple_of(stop_every) {
-                self.s.finish(row.seq_id, FinishReason::Stop).unwrap();
-            }
-        }
-        out.scheduled.len()
-    }
-
-    fn apply(&mut self, op: &Op) {
-        match *op {
-            Op::Add {
-                prompt_len,
-                max_tokens,
-                shared,
-                salt,
-            } => {
-                let id = self.next_id;
-                self.next_id += 1;
-                let prompt_token_ids = (0..prompt_len as u32)
-                    .map(|i| {
-                        if shared {
-                            (i / 5 + salt) % 2
-                        } else {
-                            id as u32 * 100 + i
-                        }
-                    })
-                    .collect();
-                if self
-                    .s
-                    .add(NewSequence {
-                        id,
-                        prompt_token_ids,
-                        max_tokens,
-                    })
-                    .is_ok()
-                {
-                    self.ids.push(id);
-                }
-            }
-            Op::Schedule { stop_every } => {
-                self.schedule(stop_every);
-            }
-            Op::Abort { pick } => {
-                if let Some(id) = self.live(pick) {
-                    assert!(self.s.abort(id));
-                }
-            }
-            Op::Scratch { pick, rows } => {
-                if let Some(id) = self.live(pick) {
-                    let fits = rows < self.s.config().max_num_batched_tokens;
-                    assert_eq!(self.s.request_scratch_rows(id, rows).is_ok(), fits);
-                }
-            }
-            Op::Lookahead { pick, slots } => {
-                if let Some(id) = self.live(pick) {
-                    let _ = self.s.set_lookahead_slots(id, slots);
-                }
-            }
-        }
-        self.s.check_invariants().unwrap();
-    }
+    d.s.check_invariants().unwrap();
+    check_ownership(&d.s);
 }
 
 proptest! {
@@ -176,31 +115,29 @@ proptest! {
         config in scheduler_config(),
         ops in proptest::collection::vec(op(), 200),
     ) {
-        let mut d = Driver { s: Scheduler::new(config).unwrap(), ids: Vec::new(), next_id: 0, tick: 0 };
+        let mut d = Driver::new(Scheduler::new(config).unwrap());
         for op in &ops {
-            d.apply(op);
+            apply(&mut d, op);
         }
 
         // Everything accepted must drain in bounded time: nothing waits forever.
         let mut steps = 0;
         while d.s.has_unfinished() {
-            d.schedule(u32::MAX);
+            d.step(u32::MAX);
             d.s.check_invariants().unwrap();
             steps += 1;
             prop_assert!(steps < 5_000, "no progress: {} running, {} waiting", d.s.num_running(), d.s.num_waiting());
         }
-        prop_assert_eq!(d.s.num_free_blocks(), d.s.num_total_blocks());
+        d.assert_nothing_lost();
 
         // Again with aborts instead of draining.
         for op in &ops {
-            d.apply(op);
+            apply(&mut d, op);
         }
-        let live: Vec<SeqId> = d.ids.iter().copied().filter(|&id| d.s.get(id).is_some()).collect();
-        for id in live {
-            prop_assert!(d.s.abort(id));
+        for id in d.live() {
+            d.abort(id);
         }
         d.s.check_invariants().unwrap();
-        prop_assert!(!d.s.has_unfinished());
-        prop_assert_eq!(d.s.num_free_blocks(), d.s.num_total_blocks());
+        d.assert_nothing_lost();
     }
 }

@@ -1,0 +1,188 @@
+//! A fake engine for property tests: it plays the model runner and the decoding strategies
+//! (the scheduler crate has no model), appends tokens the way each strategy would, and
+//! records how every request ended so a test can check that none was lost.
+
+use std::collections::{HashMap, HashSet};
+
+use entrobatch_scheduler::{BlockId, FinishReason, NewSequence, Scheduler, ScheduledSequence, SeqId};
+
+use super::check_output;
+
+/// How a sequence uses the scheduler, after the engine's strategies.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    /// One token per sampled row, no extra rows.
+    Plain,
+    /// Scheduler-wise the same as plain: its work happens on the logits rows it already has.
+    Entropix,
+    /// Some tokens wait for `rows` scratch rows (the negative prompt) in a later step.
+    Mti { rows: usize },
+    /// Reserves `window` lookahead slots, runs the window as scratch rows, and commits
+    /// several tokens at once; without a granted window it commits none and asks again.
+    Wedlm { window: usize },
+}
+
+/// How a request left the scheduler; every request must end up with one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Finished(FinishReason),
+    Aborted,
+    /// Refused at `add`, with the scheduler's reason.
+    Rejected(String),
+}
+
+pub struct Driver {
+    pub s: Scheduler,
+    pub kinds: HashMap<SeqId, Kind>,
+    pub outcomes: HashMap<SeqId, Outcome>,
+    pub next_id: SeqId,
+    tick: u32,
+}
+
+impl Driver {
+    pub fn new(s: Scheduler) -> Self {
+        Self { s, kinds: HashMap::new(), outcomes: HashMap::new(), next_id: 0, tick: 0 }
+    }
+
+    /// Live sequences, in a stable order.
+    pub fn live(&self) -> Vec<SeqId> {
+        let mut ids: Vec<SeqId> = self.s.running_ids().chain(self.s.waiting_ids()).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    pub fn pick(&self, pick: usize) -> Option<SeqId> {
+        let live = self.live();
+        (!live.is_empty()).then(|| live[pick % live.len()])
+    }
+
+    pub fn add(&mut self, prompt_token_ids: Vec<u32>, max_tokens: usize, kind: Kind) -> SeqId {
+        let id = self.next_id;
+        self.next_id += 1;
+        match self.s.add(NewSequence { id, prompt_token_ids, max_tokens }) {
+            Ok(()) => {
+                if let Kind::Wedlm { window } = kind {
+                    // Like the engine: a reservation the pool cannot hold is skipped, not fatal.
+                    let _ = self.s.set_lookahead_slots(id, window);
+                }
+                self.kinds.insert(id, kind);
+            }
+            Err(e) => {
+                self.outcomes.insert(id, Outcome::Rejected(e.to_string()));
+            }
+        }
+        id
+    }
+
+    pub fn abort(&mut self, id: SeqId) {
+        assert!(self.s.abort(id));
+        self.outcomes.insert(id, Outcome::Aborted);
+    }
+
+    pub fn finish(&mut self, id: SeqId, reason: FinishReason) {
+        self.s.finish(id, reason).expect("finish a live sequence");
+        self.outcomes.insert(id, Outcome::Finished(reason));
+    }
+
+    /// One engine step: schedule, check the plan, then let each sampled row's strategy
+    /// append tokens and ask for rows. A token id stops a sequence every `stop_every` ticks.
+    pub fn step(&mut self, stop_every: u32) -> usize {
+        let running_before: Vec<SeqId> = self.s.running_ids().collect();
+        let out = self.s.schedule();
+        check_output(&self.s, &out);
+        for &id in &out.preempted {
+            assert!(self.s.get(id).is_some_and(|seq| seq.num_computed_tokens() == 0));
+            assert!(out.scheduled.iter().all(|r| r.seq_id != id), "victim re-admitted in the step that preempted it");
+        }
+        if !out.preempted.is_empty() {
+            assert!(
+                out.scheduled.iter().all(|r| running_before.contains(&r.seq_id)),
+                "no admission after preemption"
+            );
+        }
+        for row in out.scheduled.iter().filter(|r| r.needs_sample) {
+            self.respond(row, stop_every);
+        }
+        check_ownership(&self.s);
+        out.scheduled.len()
+    }
+
+    fn respond(&mut self, row: &ScheduledSequence, stop_every: u32) {
+        let id = row.seq_id;
+        let Some(&kind) = self.kinds.get(&id) else { return };
+        self.tick += 1;
+        let (tokens, next_rows) = match kind {
+            Kind::Plain | Kind::Entropix => (1, 0),
+            // A granted window commits 1..=window tokens and asks for the next window.
+            Kind::Wedlm { window } if row.scratch_rows > 0 => (1 + self.tick as usize % window, window),
+            Kind::Wedlm { window } => (0, window),
+            Kind::Mti { .. } if row.scratch_rows > 0 => (1, 0),
+            // Every third token is guided: it waits for the negative prompt's rows.
+            Kind::Mti { rows } if self.tick.is_multiple_of(3) => (0, rows),
+            Kind::Mti { .. } => (1, 0),
+        };
+        for _ in 0..tokens {
+            self.s.append_token(id, self.tick % 5).expect("append below max_tokens");
+            let seq = self.s.get(id).expect("live");
+            if seq.num_output_tokens() == seq.max_tokens() {
+                return self.finish(id, FinishReason::Length);
+            }
+            if self.tick.is_multiple_of(stop_every) {
+                return self.finish(id, FinishReason::Stop);
+            }
+        }
+        if next_rows > 0 {
+            // The engine fails a request whose strategy asks for rows that can never fit.
+            if self.s.request_scratch_rows(id, next_rows).is_err() {
+                self.finish(id, FinishReason::Error);
+            }
+        }
+    }
+
+    /// Every request ended one way or another, rejections with a reason, and the pool is whole.
+    pub fn assert_nothing_lost(&self) {
+        assert!(!self.s.has_unfinished());
+        for id in 0..self.next_id {
+            match self.outcomes.get(&id) {
+                None => panic!("request {id} vanished without an outcome"),
+                Some(Outcome::Rejected(reason)) => assert!(!reason.is_empty(), "request {id} rejected without a reason"),
+                Some(_) => {}
+            }
+        }
+        assert_eq!(self.s.num_free_blocks(), self.s.num_total_blocks(), "blocks leaked");
+    }
+}
+
+/// Block ownership recomputed from the public views, independently of `check_invariants`:
+/// ref counts equal the number of tables holding a block, a block appears at most once per
+/// table, a block shared between tables is a cached block whose tokens every holder has at
+/// that position, no sequence is both running and waiting, and the free count adds up.
+pub fn check_ownership(s: &Scheduler) {
+    let running: HashSet<SeqId> = s.running_ids().collect();
+    assert!(s.waiting_ids().all(|id| !running.contains(&id)), "a sequence is running and waiting");
+    let bs = s.config().block_size;
+    let mut holders: HashMap<BlockId, Vec<(SeqId, usize)>> = HashMap::new();
+    for id in s.running_ids().chain(s.waiting_ids()) {
+        let seq = s.get(id).expect("queued sequences are live");
+        let table = seq.block_table_ids();
+        assert_eq!(table.iter().collect::<HashSet<_>>().len(), table.len(), "sequence {id} holds a block twice");
+        for (index, &b) in table.iter().enumerate() {
+            holders.entry(b).or_default().push((id, index));
+        }
+    }
+    for b in 0..s.num_total_blocks() as BlockId {
+        let block = s.block(b).expect("block in range");
+        let held_by = holders.get(&b).map_or(&[][..], Vec::as_slice);
+        assert_eq!(block.ref_count(), held_by.len(), "block {b}: ref count vs tables {held_by:?}");
+        if held_by.len() > 1 {
+            assert!(block.hash().is_some(), "block {b} owned by {held_by:?} but not shared through the cache");
+        }
+        if block.hash().is_some() {
+            for &(id, index) in held_by {
+                let tokens = s.get(id).map(|seq| seq.token_ids()).unwrap_or_default();
+                assert_eq!(tokens.get(index * bs..(index + 1) * bs), Some(block.cached_token_ids()), "block {b} in {id}");
+            }
+        }
+    }
+    assert_eq!(s.num_free_blocks(), s.num_total_blocks() - holders.len(), "free count");
+}
