@@ -152,6 +152,9 @@ fn batched_with_plain(path: &Path, num_blocks: usize, expect_preemption: bool) {
             let stats = TriggerStats::from_tokens(&out.tokens);
             assert_eq!(stats, TriggerStats::from_tokens(&solo.tokens));
             assert_eq!(stats.tokens, N);
+            let reported = out.strategy_stats.as_ref().expect("MTI requests report their trigger rate");
+            assert_eq!(reported["triggered"], stats.triggered as u64, "request {i}: reported trigger count");
+            assert_eq!(reported["tokens"], N as u64);
             triggered += stats.triggered;
         }
     }

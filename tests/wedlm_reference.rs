@@ -54,6 +54,7 @@ fn check_family(name: &str, spec: &TinyHfSpec) {
     }
     let outputs: Vec<_> = handles.into_iter().map(|h| h.collect_blocking()).collect();
     let mut wedlm_out = Vec::new();
+    let mut wedlm_stats = Vec::new();
     let mut plain_out = Vec::new();
     for (i, out) in outputs.into_iter().enumerate() {
         assert_eq!(out.error, None, "{name}: request {i}");
@@ -61,13 +62,23 @@ fn check_family(name: &str, spec: &TinyHfSpec) {
         assert_eq!(out.token_ids.len(), MAX_TOKENS);
         // Submission order: w0 p0 w1 p1 w2 p2 w3 w4.
         if i % 2 == 1 && i < 6 {
+            assert_eq!(out.strategy_stats, None, "{name}: plain request {i} has no strategy statistics");
             plain_out.push(out.token_ids);
         } else {
             wedlm_out.push(out.token_ids);
+            wedlm_stats.push(out.strategy_stats);
         }
     }
     for (i, (got, want)) in wedlm_out.iter().zip(&expected).enumerate() {
         assert_eq!(got, &want.ids(), "{name}: WeDLM request {i} ({:?})", configs()[i]);
+    }
+    // Per request: the finished event reports the request's own window forwards.
+    for (i, (stats, want)) in wedlm_stats.iter().zip(&expected).enumerate() {
+        let stats = stats.as_ref().expect("WeDLM requests report their statistics");
+        assert_eq!(stats["window_forwards"], want.forwards as u64, "{name}: request {i} window forwards");
+        let per = stats["tokens_per_forward"].as_f64().expect("tokens_per_forward");
+        let committed = stats["committed_tokens"].as_f64().expect("committed_tokens");
+        assert!((per - committed / want.forwards as f64).abs() < 1e-9, "{name}: request {i} tokens per forward");
     }
     let metrics = engine.metrics();
     let forwards = metrics.wedlm.forwards.load(Ordering::Relaxed) as usize;

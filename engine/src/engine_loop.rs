@@ -79,6 +79,7 @@ impl EngineLoop {
                     prompt_tokens: req.prompt_token_ids.len(),
                     completion_tokens: 0,
                     error: Some("engine shut down".into()),
+                    strategy_stats: None,
                 });
             }
         }
@@ -149,11 +150,12 @@ impl EngineLoop {
                     prompt_tokens: num_prompt,
                     completion_tokens: 0,
                     error: Some(e),
+                    strategy_stats: None,
                 });
                 return;
             }
         };
-        let state = RequestState::new(id, params.clone(), seed, num_prompt, sender, eos, strategy);
+        let state = RequestState::new(params.clone(), seed, num_prompt, sender, eos, strategy);
         if self.draining {
             self.metrics.release_in_flight();
             state.finish(FinishReason::Abort, Some("engine is shutting down".into()));
@@ -326,10 +328,6 @@ impl EngineLoop {
             };
             self.metrics.requests_finished[index].fetch_add(1, Ordering::Relaxed);
             self.metrics.release_in_flight();
-            // Per-request strategy statistics (e.g. WeDLM tokens per forward).
-            if let Some(summary) = state.strategy.summary() {
-                tracing::info!(request = id, %summary, "strategy summary");
-            }
             state.finish(reason, error);
         }
     }

@@ -68,5 +68,8 @@ pub enum Event {
         completion_tokens: usize,
         /// Why the request failed, for `FinishReason::Error`.
         error: Option<String>,
+        /// The decoding strategy's per-request statistics (MTI trigger rate, entropix branch
+        /// counts, WeDLM tokens per forward); `None` for plain decoding.
+        strategy_stats: Option<serde_json::Value>,
     },
 }

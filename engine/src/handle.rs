@@ -29,6 +29,8 @@ pub struct GenerationOutput {
     pub text: String,
     pub finish_reason: FinishReason,
     pub error: Option<String>,
+    /// The strategy's per-request statistics, from `Event::Finished`.
+    pub strategy_stats: Option<serde_json::Value>,
 }
 
 impl RequestHandle {
@@ -92,6 +94,7 @@ impl RequestHandle {
             text: String::new(),
             finish_reason: FinishReason::Error,
             error: Some("the engine stopped before the request finished".into()),
+            strategy_stats: None,
         }
     }
 
@@ -110,9 +113,10 @@ impl GenerationOutput {
                 self.tokens.extend(tokens);
                 self.text.push_str(&text);
             }
-            Event::Finished { reason, error, .. } => {
+            Event::Finished { reason, error, strategy_stats, .. } => {
                 self.finish_reason = reason;
                 self.error = error;
+                self.strategy_stats = strategy_stats;
             }
         }
     }

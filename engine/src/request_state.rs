@@ -4,14 +4,13 @@ use entrobatch_model_runner::GgufTokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::detokenizer::Detokenizer;
-use crate::event::{Event, FinishReason, GeneratedToken, RequestId};
+use crate::event::{Event, FinishReason, GeneratedToken};
 use crate::request::GenerationParams;
 use crate::stop_checker::{StopChecker, StopOutcome};
 use crate::strategy::SequenceStrategy;
 
 /// What the engine loop keeps for one live request beyond the scheduler's `Sequence`.
 pub struct RequestState {
-    pub id: RequestId,
     pub strategy: Box<dyn SequenceStrategy>,
     pub params: GenerationParams,
     pub seed: u64,
@@ -33,7 +32,6 @@ pub struct TokenTiming {
 
 impl RequestState {
     pub fn new(
-        id: RequestId,
         params: GenerationParams,
         seed: u64,
         num_prompt_tokens: usize,
@@ -43,7 +41,6 @@ impl RequestState {
     ) -> Self {
         let stop_checker = StopChecker::new(params.stop.clone());
         Self {
-            id,
             strategy,
             params,
             seed,
@@ -116,6 +113,7 @@ impl RequestState {
             prompt_tokens: self.num_prompt_tokens,
             completion_tokens: self.num_output_tokens,
             error,
+            strategy_stats: self.strategy.summary(),
         });
     }
 }

@@ -199,6 +199,7 @@ pub fn run(args: RunArgs) -> Result<()> {
                 "text": result.text,
                 "finish_reason": result.finish_reason.as_str(),
                 "error": result.error,
+                "strategy_stats": result.strategy_stats,
             });
             line["decoding"] = serde_json::to_value(&params.decoding)?;
             line["tokens"] = super::entropix::token_records(&result.tokens, engine.tokenizer());
@@ -230,8 +231,12 @@ pub fn run(args: RunArgs) -> Result<()> {
                     }
                     out.flush()?;
                 }
-                Event::Finished { reason, error, .. } => {
+                Event::Finished { reason, error, strategy_stats, .. } => {
                     writeln!(out)?;
+                    let per_forward = strategy_stats.as_ref().and_then(|s| s.get("tokens_per_forward")?.as_f64());
+                    if let (StrategyName::Wedlm, Some(per)) = (args.strategy, per_forward) {
+                        writeln!(out, "[wedlm: {per:.2} tokens per forward for this request]")?;
+                    }
                     if args.show_metrics {
                         trace.finish(&mut out)?;
                     }

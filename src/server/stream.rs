@@ -58,7 +58,7 @@ impl<F: StreamFormat> SseState<F> {
                         return chunks;
                     }
                 }
-                Some(Event::Finished { reason, prompt_tokens, completion_tokens, error }) => {
+                Some(Event::Finished { reason, prompt_tokens, completion_tokens, error, .. }) => {
                     self.done = true;
                     if reason == FinishReason::Error {
                         let message = error.unwrap_or_else(|| "generation failed".into());

@@ -113,6 +113,6 @@ impl SequenceStrategy for EntropixStrategy {
             .zip(self.branch_counts)
             .map(|(b, n)| (b.as_str().to_string(), n.into()))
             .collect();
-        Some(serde_json::json!({ "entropix_branches": counts }))
+        Some(serde_json::json!({ "strategy": "entropix", "entropix_branches": counts }))
     }
 }

@@ -249,6 +249,7 @@ impl SequenceStrategy for WedlmStrategy {
 
     fn summary(&self) -> Option<serde_json::Value> {
         Some(serde_json::json!({
+            "strategy": "wedlm",
             "window_forwards": self.forwards,
             "committed_tokens": self.committed,
             "tokens_per_forward": (self.forwards > 0).then(|| self.committed as f64 / self.forwards as f64),
