@@ -107,6 +107,8 @@ fn negative_threshold_guides_every_token_with_candle_blend() {
     let metrics = engine.metrics().clone();
     engine.shutdown(entrobatch::ShutdownMode::Finish);
     assert_eq!(EngineMetrics::get(&metrics.mti_triggered_tokens), 8);
+    let exposition = metrics.render_prometheus();
+    assert!(exposition.lines().any(|l| l == "entrobatch_mti_trigger_rate 1"), "trigger rate gauge missing:\n{exposition}");
     assert_eq!(EngineMetrics::get(&metrics.kv_blocks_used), 0, "blocks leaked");
 }
 

@@ -195,6 +195,11 @@ impl EngineMetrics {
         for (name, help, c) in mti {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", g(c));
         }
+        // The paper's "CFG usage", ready to graph without a PromQL division.
+        if let Some(rate) = self.mti_trigger_rate() {
+            let name = "entrobatch_mti_trigger_rate";
+            let _ = writeln!(out, "# HELP {name} Share of MTI tokens that triggered guidance.\n# TYPE {name} gauge\n{name} {rate}");
+        }
         self.wedlm.render(&self.forward_rows, &mut out);
         self.time_to_first_token.render(
             "entrobatch_time_to_first_token_seconds",
