@@ -10,5 +10,6 @@ pub use entrobatch_scheduler as scheduler;
 pub const DEFAULT_MODEL_PATH: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 pub mod bench;
+pub mod eval;
 pub mod loadtest;
 pub mod server;

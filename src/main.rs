@@ -23,6 +23,9 @@ enum Command {
     /// Draw logit entropy against varentropy per token from `run --json` output, coloured by
     /// entropix branch, with the quadrant thresholds (.svg or .png).
     PlotMetrics(cli::plot_metrics::PlotMetricsArgs),
+    /// Accuracy and speed per decoding strategy on HumanEval, GSM-Symbolic or MMLU
+    /// (data from `scripts/fetch-eval-data`).
+    Eval(cli::eval::EvalArgs),
 }
 
 fn main() {
@@ -40,6 +43,7 @@ fn main() {
         Command::Serve(args) => cli::serve::run(args),
         Command::Loadtest(args) => cli::loadtest::run(args),
         Command::PlotMetrics(args) => cli::plot_metrics::run(args),
+        Command::Eval(args) => cli::eval::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

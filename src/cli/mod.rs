@@ -1,5 +1,6 @@
 pub mod bench;
 pub mod entropix;
+pub mod eval;
 pub mod loadtest;
 pub mod plot_metrics;
 pub mod prompts;

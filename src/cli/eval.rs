@@ -1,0 +1,136 @@
+//! `entrobatch eval`: accuracy and speed per decoding strategy on HumanEval, GSM-Symbolic
+//! or an MMLU subset (data from `scripts/fetch-eval-data`). Prints a Markdown table;
+//! `--json` keeps every graded item, `--plot` draws accuracy and tokens/s per strategy.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use entrobatch::eval::runner::Progress;
+use entrobatch::eval::{load_task, parse_strategies, run_strategy, EvalReport, LoadOptions, RunOptions, TaskKind};
+use indicatif::{ProgressBar, ProgressStyle};
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// GGUF model (default: models/SmolLM2-135M-Instruct.Q4_1.gguf or $ENTROBATCH_MODEL).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// humaneval, gsm-symbolic or mmlu.
+    #[arg(long)]
+    pub task: TaskKind,
+    /// Comma-separated strategies, each NAME[:KEY=VALUE...]: plain, entropix[:samples=N],
+    /// mti[:tau=T][:w=W][:neg=TEXT].
+    #[arg(long, default_value = "plain,entropix,mti:tau=1.0:w=1.5")]
+    pub strategies: String,
+    /// At most N items (a seeded sample for HumanEval and MMLU; N generated problems for
+    /// GSM-Symbolic, 500 without it).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Picks the items, seeds sampling and the bootstrap.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Write the full report (every graded item) as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write the Markdown table to a file too.
+    #[arg(long)]
+    pub markdown: Option<PathBuf>,
+    /// SVG bar chart of accuracy and tokens/s per strategy [default: the --json path with .svg].
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Output budget per item [default: humaneval 256, gsm-symbolic 256, mmlu 8].
+    #[arg(long)]
+    pub max_tokens: Option<usize>,
+    /// 0 = greedy (plain and MTI); entropix uses its own temperatures.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value = "data/eval")]
+    pub data_dir: PathBuf,
+    /// Wall-clock limit in seconds for one HumanEval test run.
+    #[arg(long, default_value_t = 10.0)]
+    pub exec_timeout: f64,
+    /// Requests decoded together.
+    #[arg(long, default_value_t = 64)]
+    pub max_num_seqs: usize,
+    /// f32 GEMMs over dequantized weights for steps of 8+ rows (faster, not batch-invariant).
+    #[arg(long)]
+    pub fast: bool,
+}
+
+pub fn run(args: EvalArgs) -> Result<()> {
+    let model = super::resolve_model(args.model.clone())?;
+    let specs = parse_strategies(&args.strategies)?;
+    if !(args.exec_timeout > 0.0 && args.exec_timeout.is_finite()) {
+        anyhow::bail!("--exec-timeout must be a positive number of seconds");
+    }
+    let load = LoadOptions {
+        data_dir: args.data_dir.clone(),
+        limit: args.limit,
+        seed: args.seed,
+        exec_timeout: Duration::from_secs_f64(args.exec_timeout),
+    };
+    let task = load_task(args.task, &load)?;
+    let n = task.items().len();
+    let options = RunOptions {
+        model: model.clone(),
+        max_tokens: args.max_tokens,
+        temperature: args.temperature,
+        seed: args.seed,
+        fast: args.fast,
+        max_num_seqs: args.max_num_seqs,
+    };
+    let bar = ProgressBar::new((n * specs.len()) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>28} [{bar:30}] {pos}/{len} items ({elapsed}, eta {eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut results = Vec::with_capacity(specs.len());
+    for spec in &specs {
+        bar.set_message(spec.label.clone());
+        let mut on_progress = |p: Progress| match p {
+            Progress::Decoded => bar.inc(1),
+            Progress::Grading => bar.set_message(format!("{} (grading)", spec.label)),
+        };
+        let result = run_strategy(task.as_ref(), spec, &options, &mut on_progress)
+            .with_context(|| format!("strategy {}", spec.label))?;
+        bar.println(format!(
+            "{}: {}/{} correct, {:.1} output tok/s, {:.1} tokens per answer",
+            result.label, result.correct, result.n, result.tokens_per_sec, result.mean_output_len
+        ));
+        results.push(result);
+    }
+    bar.finish_and_clear();
+
+    let report = EvalReport {
+        model: model.display().to_string(),
+        task: args.task,
+        items: n,
+        limit: args.limit,
+        seed: args.seed,
+        max_tokens: args.max_tokens.unwrap_or_else(|| task.default_max_tokens()),
+        temperature: args.temperature,
+        fast_matmul: args.fast,
+        network_isolated: (args.task == TaskKind::Humaneval).then(entrobatch::eval::sandbox::network_isolated),
+        strategies: results,
+    };
+    let table = report.markdown();
+    print!("{table}");
+    if report.network_isolated == Some(false) {
+        eprintln!("note: `unshare -n` is unavailable here, so HumanEval tests ran with network access");
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.markdown {
+        std::fs::write(path, &table).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let plot = args.plot.clone().or_else(|| args.json.as_ref().map(|j| j.with_extension("svg")));
+    if let Some(path) = plot {
+        entrobatch::eval::plot::draw(&path, &report)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,64 @@
+//! A strategy's own statistics over an evaluation job: how often each entropix branch was
+//! taken and how often MTI guidance fired. They explain an accuracy or speed difference
+//! (a strategy that never leaves argmax cannot differ from plain greedy).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::strategy::TriggerStats;
+use crate::GeneratedToken;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StrategyStats {
+    /// Tokens per entropix branch; None when no token reported one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entropix_branches: Option<BTreeMap<String, usize>>,
+    /// MTI tokens decoded and the share that were guided; None without MTI tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mti_tokens: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mti_trigger_rate: Option<f64>,
+}
+
+impl StrategyStats {
+    /// Folds the tokens of every request of the job.
+    pub fn from_outputs<'a>(outputs: impl IntoIterator<Item = &'a [GeneratedToken]>) -> Self {
+        let mut branches = BTreeMap::<String, usize>::new();
+        let mut mti = TriggerStats::default();
+        for tokens in outputs {
+            for b in tokens.iter().filter_map(|t| t.metrics.as_ref()?.branch.clone()) {
+                *branches.entry(b).or_default() += 1;
+            }
+            let s = TriggerStats::from_tokens(tokens);
+            mti = TriggerStats { tokens: mti.tokens + s.tokens, triggered: mti.triggered + s.triggered };
+        }
+        Self {
+            entropix_branches: (!branches.is_empty()).then_some(branches),
+            mti_tokens: (mti.tokens > 0).then_some(mti.tokens),
+            mti_trigger_rate: (mti.tokens > 0).then(|| mti.rate()),
+        }
+    }
+
+    /// One short cell for the Markdown table: "argmax 71%, explore 12%, ..." or
+    /// "trigger 23.4% of 1200".
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(branches) = &self.entropix_branches {
+            let total = branches.values().sum::<usize>().max(1) as f64;
+            let mut sorted: Vec<(&String, &usize)> = branches.iter().collect();
+            sorted.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            parts.push(
+                sorted.iter().map(|(b, n)| format!("{b} {:.0}%", 100.0 * **n as f64 / total)).collect::<Vec<_>>().join(", "),
+            );
+        }
+        if let (Some(rate), Some(n)) = (self.mti_trigger_rate, self.mti_tokens) {
+            parts.push(format!("MTI trigger {:.1}% of {n} tokens", 100.0 * rate));
+        }
+        if parts.is_empty() {
+            "-".into()
+        } else {
+            parts.join("; ")
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! `--strategies plain,entropix,mti:tau=1.0:w=1.5`: a comma-separated list of strategies,
+//! each a name with `:key=value` options, parsed into the engine's `Decoding`. The spec
+//! text doubles as the strategy's label in reports, so a table row says exactly what ran.
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::Value;
+
+use crate::strategy::{EntropixConfig, MtiConfig, WedlmConfig};
+use crate::Decoding;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct StrategySpec {
+    pub label: String,
+    pub decoding: Decoding,
+}
+
+/// Parses the whole list; empty entries are skipped, an empty list is an error.
+pub fn parse_strategies(list: &str) -> Result<Vec<StrategySpec>> {
+    let specs: Vec<StrategySpec> =
+        list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(parse_strategy).collect::<Result<_>>()?;
+    if specs.is_empty() {
+        bail!("no strategy given (e.g. --strategies plain,entropix,mti:tau=1.0:w=1.5)");
+    }
+    Ok(specs)
+}
+
+/// One strategy:
+/// - `plain`
+/// - `entropix[:samples=N][:FIELD=VALUE...]` with any `EntropixConfig` field
+/// - `mti[:tau=T][:w=W][:neg=TEXT]` (`tau=inf`: never guide; negative: always)
+/// - `wedlm[:window=W][:tau=T][:pos=L]` (needs a WeDLM checkpoint)
+pub fn parse_strategy(spec: &str) -> Result<StrategySpec> {
+    let mut parts = spec.split(':');
+    let name = parts.next().unwrap_or_default().trim();
+    let options: Vec<(&str, &str)> = parts
+        .map(|p| p.split_once('=').map(|(k, v)| (k.trim(), v.trim())).ok_or_else(|| anyhow!("'{p}' is not KEY=VALUE")))
+        .collect::<Result<_>>()
+        .with_context(|| format!("strategy '{spec}'"))?;
+    let decoding = match name {
+        "plain" => match options.first() {
+            None => Decoding::Plain,
+            Some((k, _)) => bail!("strategy '{spec}': plain takes no option ('{k}')"),
+        },
+        "entropix" => Decoding::Entropix(entropix(&options).with_context(|| format!("strategy '{spec}'"))?),
+        "mti" => Decoding::Mti(mti(&options).with_context(|| format!("strategy '{spec}'"))?),
+        "wedlm" => Decoding::Wedlm(wedlm(&options).with_context(|| format!("strategy '{spec}'"))?),
+        _ => bail!("unknown strategy '{name}' (known: plain, entropix, mti, wedlm)"),
+    };
+    Ok(StrategySpec { label: spec.to_string(), decoding })
+}
+
+fn float(key: &str, value: &str) -> Result<f32> {
+    let v: f32 = value.parse().map_err(|_| anyhow!("{key}={value}: not a number"))?;
+    if v.is_nan() {
+        bail!("{key} is NaN");
+    }
+    Ok(v)
+}
+
+/// Options overwrite fields of the default config through its serde form, so every field
+/// is reachable without listing them here; unknown fields are errors, not silently ignored.
+fn entropix(options: &[(&str, &str)]) -> Result<EntropixConfig> {
+    let mut json = serde_json::to_value(EntropixConfig::default())?;
+    let Some(fields) = json.as_object_mut() else { bail!("entropix config is not an object") };
+    for &(key, value) in options {
+        let key = if key == "samples" { "n_adaptive_samples" } else { key };
+        let Some(slot) = fields.get_mut(key) else { bail!("entropix has no option '{key}'") };
+        *slot = if slot.is_u64() {
+            Value::from(value.parse::<u64>().map_err(|_| anyhow!("{key}={value}: not a count"))?)
+        } else {
+            Value::from(f64::from(float(key, value)?))
+        };
+    }
+    let cfg: EntropixConfig = serde_json::from_value(json)?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn mti(options: &[(&str, &str)]) -> Result<MtiConfig> {
+    let mut cfg = MtiConfig::default();
+    for &(key, value) in options {
+        match key {
+            "tau" | "entropy_threshold" => cfg.entropy_threshold = float(key, value)?,
+            "w" | "guidance_scale" => cfg.guidance_scale = float(key, value)?,
+            "neg" | "negative_prompt" => cfg.negative_prompt = value.to_string(),
+            _ => bail!("mti has no option '{key}' (tau, w, neg)"),
+        }
+    }
+    Ok(cfg)
+}
+
+fn wedlm(options: &[(&str, &str)]) -> Result<WedlmConfig> {
+    let mut cfg = WedlmConfig::default();
+    for &(key, value) in options {
+        match key {
+            "window" | "window_size" => {
+                cfg.window_size = value.parse().map_err(|_| anyhow!("{key}={value}: not a count"))?
+            }
+            // Negative: exactly one mask per forward, as in `run --entropy-threshold`.
+            "tau" | "entropy_threshold" => {
+                let t = float(key, value)?;
+                cfg.entropy_threshold = (t >= 0.0).then_some(t);
+            }
+            "pos" | "pos_penalty" => cfg.pos_penalty = float(key, value)?,
+            _ => bail!("wedlm has no option '{key}' (window, tau, pos)"),
+        }
+    }
+    Ok(cfg)
+}
