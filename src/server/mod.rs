@@ -4,7 +4,8 @@
 //! that hangs up aborts its request.
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`,
-//! `GET /health`, `GET /metrics` (Prometheus text).
+//! `GET /health`, `GET /metrics` (Prometheus text), and the playground page: `GET /`,
+//! `GET /playground/info`.
 
 mod chat;
 mod completions;
@@ -13,6 +14,7 @@ mod extract;
 mod format;
 mod http_metrics;
 mod params;
+mod playground;
 mod protocol;
 mod reasoning;
 mod state;
@@ -56,6 +58,8 @@ pub fn router(state: AppState, config: &ServerConfig) -> Router {
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/metrics", get(http_metrics::render))
+        .route("/", get(playground::page))
+        .route("/playground/info", get(playground::info))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(config.body_limit_bytes))
         .layer(axum::middleware::from_fn_with_state(state.clone(), http_metrics::track))
