@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::format::{chat_logprobs, Extras};
-use super::params::{parse_common, parse_logprobs};
+use super::params::{parse_common, parse_logprobs, ParsedParams};
 use super::protocol::{ChatRequest, ContentField, MessageIn};
 use super::reasoning::{ReasoningSplitter, Split};
 use super::state::{AppState, DefaultMaxTokens};
@@ -18,24 +18,11 @@ use super::stream::{sse_response, usage_json, StreamFormat};
 
 pub async fn chat_completions(
     State(state): State<AppState>,
-    ApiJson(mut req): ApiJson<ChatRequest>,
+    ApiJson(req): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(req.common.model.as_deref())?;
-    let top = parse_logprobs("top_logprobs", req.top_logprobs)?;
-    let logprobs = match (req.logprobs.unwrap_or(false), top) {
-        (true, top) => Some(top.unwrap_or(0)),
-        (false, Some(_)) => {
-            return Err(ApiError::invalid_param("top_logprobs", "top_logprobs requires logprobs: true"))
-        }
-        (false, None) => None,
-    };
-    let mut parsed = parse_common(&mut req.common, logprobs)?;
-    let enable_thinking = req.chat_template_kwargs.as_ref().and_then(|k| k.enable_thinking).or(req.enable_thinking);
-    parsed.params.enable_thinking = enable_thinking;
-    let messages = req.messages.into_iter().map(message).collect::<Result<Vec<_>, _>>()?;
-    if messages.is_empty() {
-        return Err(ApiError::invalid_param("messages", "messages must not be empty"));
-    }
+    let (messages, parsed, logprobs) = parse_chat(req)?;
+    let (enable_thinking, return_metrics) = (parsed.params.enable_thinking, parsed.params.return_metrics);
     let handle = state
         .submit(Prompt::Chat(messages), parsed.params, parsed.max_tokens, DefaultMaxTokens::RestOfContext)
         .await?;
@@ -46,7 +33,7 @@ pub async fn chat_completions(
         id: format!("chatcmpl-{}", handle.id),
         created: super::state::unix_now(),
         logprobs: logprobs.is_some(),
-        extras: Extras { return_metrics: req.common.return_metrics.unwrap_or(false), return_token_ids: parsed.return_token_ids },
+        extras: Extras { return_metrics, return_token_ids: parsed.return_token_ids },
         splitter,
     };
     if parsed.stream {
@@ -80,6 +67,27 @@ pub async fn chat_completions(
         "usage": usage_json(output.prompt_token_ids.len(), output.token_ids.len()),
     });
     Ok(Json(body).into_response())
+}
+
+/// Everything a chat body must pass before it reaches the engine: the messages, the parsed
+/// parameters (with `enable_thinking`) and the logprobs count.
+pub(super) fn parse_chat(mut req: ChatRequest) -> Result<(Vec<ChatMessage>, ParsedParams, Option<usize>), ApiError> {
+    let top = parse_logprobs("top_logprobs", req.top_logprobs)?;
+    let logprobs = match (req.logprobs.unwrap_or(false), top) {
+        (true, top) => Some(top.unwrap_or(0)),
+        (false, Some(_)) => {
+            return Err(ApiError::invalid_param("top_logprobs", "top_logprobs requires logprobs: true"))
+        }
+        (false, None) => None,
+    };
+    let mut parsed = parse_common(&mut req.common, logprobs)?;
+    let enable_thinking = req.chat_template_kwargs.as_ref().and_then(|k| k.enable_thinking).or(req.enable_thinking);
+    parsed.params.enable_thinking = enable_thinking;
+    let messages = req.messages.into_iter().map(message).collect::<Result<Vec<_>, _>>()?;
+    if messages.is_empty() {
+        return Err(ApiError::invalid_param("messages", "messages must not be empty"));
+    }
+    Ok((messages, parsed, logprobs))
 }
 
 fn message(m: MessageIn) -> Result<ChatMessage, ApiError> {

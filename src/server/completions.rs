@@ -3,25 +3,23 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use crate::{FinishReason, GeneratedToken};
+use crate::{FinishReason, GeneratedToken, Prompt};
 use serde_json::{json, Map, Value};
 
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::format::{completion_logprobs, Extras};
-use super::params::{completion_prompt, parse_common, parse_logprobs};
+use super::params::{completion_prompt, parse_common, parse_logprobs, ParsedParams};
 use super::protocol::CompletionRequest;
 use super::state::{AppState, DefaultMaxTokens};
 use super::stream::{sse_response, usage_json, StreamFormat};
 
 /// OpenAI's default when `max_tokens` is absent.
-const DEFAULT_MAX_TOKENS: usize = 16;
+pub(super) const DEFAULT_MAX_TOKENS: usize = 16;
 
-pub async fn completions(
-    State(state): State<AppState>,
-    ApiJson(mut req): ApiJson<CompletionRequest>,
-) -> Result<Response, ApiError> {
-    state.check_model(req.common.model.as_deref())?;
+/// Everything a completions body must pass before it reaches the engine: the prompt, the
+/// parsed parameters and the logprobs count.
+pub(super) fn parse_completion(mut req: CompletionRequest) -> Result<(Prompt, ParsedParams, Option<usize>), ApiError> {
     if req.echo == Some(true) {
         return Err(ApiError::invalid_param("echo", "echo is not supported"));
     }
@@ -30,7 +28,16 @@ pub async fn completions(
     }
     let logprobs = parse_logprobs("logprobs", req.logprobs)?;
     let parsed = parse_common(&mut req.common, logprobs)?;
-    let prompt = completion_prompt(req.prompt)?;
+    Ok((completion_prompt(req.prompt)?, parsed, logprobs))
+}
+
+pub async fn completions(
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<CompletionRequest>,
+) -> Result<Response, ApiError> {
+    state.check_model(req.common.model.as_deref())?;
+    let (prompt, parsed, logprobs) = parse_completion(req)?;
+    let return_metrics = parsed.params.return_metrics;
     let handle = state
         .submit(prompt, parsed.params, parsed.max_tokens, DefaultMaxTokens::Fixed(DEFAULT_MAX_TOKENS))
         .await?;
@@ -39,7 +46,7 @@ pub async fn completions(
         id: format!("cmpl-{}", handle.id),
         created: super::state::unix_now(),
         logprobs: logprobs.is_some(),
-        extras: Extras { return_metrics: req.common.return_metrics.unwrap_or(false), return_token_ids: parsed.return_token_ids },
+        extras: Extras { return_metrics, return_token_ids: parsed.return_token_ids },
         text_offset: 0,
     };
     if parsed.stream {

@@ -26,12 +26,17 @@ where
                 ApiError::bad_request(format!("cannot read the request body: {}", rejection.body_text()))
             }
         })?;
-        let text = std::str::from_utf8(&bytes).map_err(|e| {
-            ApiError::bad_request(format!("request body is not valid UTF-8: {e}")).with_code("invalid_utf8")
-        })?;
-        // Unknown fields are ignored (clients send extras); known fields of the wrong type fail.
-        serde_json::from_str(text)
-            .map(ApiJson)
-            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")).with_code("invalid_json"))
+        decode_json_body(&bytes).map(ApiJson)
     }
+}
+
+/// UTF-8 (400), then JSON (400): the body checks after the size limit, shared with
+/// `validate_body` (and through it the fuzz target).
+pub fn decode_json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        ApiError::bad_request(format!("request body is not valid UTF-8: {e}")).with_code("invalid_utf8")
+    })?;
+    // Unknown fields are ignored (clients send extras); known fields of the wrong type fail.
+    serde_json::from_str(text)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")).with_code("invalid_json"))
 }

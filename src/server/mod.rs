@@ -19,6 +19,7 @@ mod protocol;
 mod reasoning;
 mod state;
 mod stream;
+mod validate;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -34,6 +35,7 @@ use tokio::net::TcpListener;
 
 pub use error::ApiError;
 pub use state::AppState;
+pub use validate::{validate_body, Endpoint, ValidatedRequest};
 
 #[derive(Clone, Debug)]
 pub struct ServerConfig {

@@ -82,7 +82,7 @@ impl AppState {
     pub async fn submit(
         &self,
         prompt: Prompt,
-        mut params: GenerationParams,
+        params: GenerationParams,
         max_tokens: Option<usize>,
         default_max: DefaultMaxTokens,
     ) -> Result<RequestHandle, ApiError> {
@@ -91,16 +91,8 @@ impl AppState {
         }
         let engine = self.engine.clone();
         let task = tokio::task::spawn_blocking(move || {
-            let ids = engine.tokenize_prompt(&prompt, &params)?;
-            params.max_tokens = match (max_tokens, default_max) {
-                (Some(n), _) => n,
-                (None, DefaultMaxTokens::Fixed(n)) => n,
-                (None, DefaultMaxTokens::RestOfContext) => {
-                    let info = engine.info();
-                    let limit = info.max_model_len.min(info.num_blocks * info.block_size);
-                    limit.saturating_sub(ids.len()).max(1)
-                }
-            };
+            let mut params = params;
+            let ids = prepare(&engine, &prompt, &mut params, max_tokens, default_max)?;
             engine.submit(Request::new(Prompt::TokenIds(ids), params))
         });
         match task.await {
@@ -108,6 +100,27 @@ impl AppState {
             Err(e) => Err(ApiError::internal(format!("submit task failed: {e}"))),
         }
     }
+}
+
+/// Tokenizes the prompt and fills in `max_tokens` when the client left it out.
+pub fn prepare(
+    engine: &Engine,
+    prompt: &Prompt,
+    params: &mut GenerationParams,
+    max_tokens: Option<usize>,
+    default_max: DefaultMaxTokens,
+) -> Result<Vec<u32>, crate::EngineError> {
+    let ids = engine.tokenize_prompt(prompt, params)?;
+    params.max_tokens = match (max_tokens, default_max) {
+        (Some(n), _) => n,
+        (None, DefaultMaxTokens::Fixed(n)) => n,
+        (None, DefaultMaxTokens::RestOfContext) => {
+            let info = engine.info();
+            let limit = info.max_model_len.min(info.num_blocks * info.block_size);
+            limit.saturating_sub(ids.len()).max(1)
+        }
+    };
+    Ok(ids)
 }
 
 pub fn unix_now() -> u64 {
