@@ -12,4 +12,5 @@ pub const DEFAULT_MODEL_PATH: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 pub mod bench;
 pub mod eval;
 pub mod loadtest;
+pub mod plot_font;
 pub mod server;

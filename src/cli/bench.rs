@@ -10,6 +10,25 @@ use plotters::prelude::*;
 pub enum BenchCommand {
     /// Requests through the engine against candle-transformers' sequential model, in one run.
     Throughput(ThroughputArgs),
+    /// Time to first token with a cold and a cached prompt prefix.
+    PrefixCache(PrefixCacheArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct PrefixCacheArgs {
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    #[arg(long, default_value_t = 512)]
+    pub prefix_len: usize,
+    #[arg(long, default_value_t = 16)]
+    pub suffix_len: usize,
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
+    /// Use the throughput matmul mode (as `serve --fast-matmul`).
+    #[arg(long)]
+    pub fast_matmul: bool,
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -41,6 +60,7 @@ pub struct ThroughputArgs {
 pub fn run_bench(command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Throughput(args) => throughput(args),
+        BenchCommand::PrefixCache(args) => prefix_cache(args),
     }
 }
 
@@ -131,5 +151,33 @@ fn plot_sweep(reports: &[ThroughputReport], path: &PathBuf) -> Result<()> {
     }
     chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw()?;
     root.present()?;
+    Ok(())
+}
+
+fn prefix_cache(args: PrefixCacheArgs) -> Result<()> {
+    use entrobatch::bench::prefix_cache::{render_table, run, PrefixCacheConfig};
+    let model = super::resolve_model(args.model.clone())?;
+    let mut engine = entrobatch::EngineConfig::new(&model);
+    if args.fast_matmul {
+        engine.matmul_mode = entrobatch::MatmulMode::fast();
+    }
+    let config = PrefixCacheConfig {
+        model,
+        prefix_len: args.prefix_len,
+        suffix_len: args.suffix_len,
+        rounds: args.rounds,
+        engine: Some(engine),
+    };
+    let bar = ProgressBar::new(args.rounds as u64);
+    bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} rounds ({elapsed})")?.progress_chars("=> "));
+    bar.set_message("prefix cache");
+    let report = run(&config, |done| bar.set_position(done as u64))?;
+    bar.finish_and_clear();
+    print!("{}", render_table(&report));
+    let json = serde_json::to_string_pretty(&report)?;
+    println!("{json}");
+    if let Some(path) = &args.json {
+        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+    }
     Ok(())
 }

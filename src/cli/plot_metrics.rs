@@ -75,8 +75,11 @@ pub fn draw(path: &Path, points: &[Point], config: &EntropixConfig) -> Result<()
     let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     let size = (900, 700);
     match ext.as_deref() {
-        Some("svg") => chart(&SVGBackend::new(path, size).into_drawing_area(), points, config, true),
-        Some("png") => chart(&BitMapBackend::new(path, size).into_drawing_area(), points, config, false),
+        Some("svg") => chart(&SVGBackend::new(path, size).into_drawing_area(), points, config),
+        Some("png") => {
+            entrobatch::plot_font::register();
+            chart(&BitMapBackend::new(path, size).into_drawing_area(), points, config)
+        }
         _ => bail!("{}: the output must end in .svg or .png", path.display()),
     }
 }
@@ -97,7 +100,6 @@ fn chart<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     points: &[Point],
     cfg: &EntropixConfig,
-    text: bool,
 ) -> Result<()>
 where
     DB::ErrorType: 'static,
@@ -108,18 +110,12 @@ where
     let y_max = points.iter().map(|p| p.varentropy).fold(f64::from(cfg.high_vent_thresh) + 0.5, f64::max) * 1.05;
     let mut builder = ChartBuilder::on(root);
     builder.margin(20);
-    if text {
-        builder.caption("Entropix quadrants: logit entropy vs varentropy", ("sans-serif", 22));
-        builder.x_label_area_size(45).y_label_area_size(60);
-    }
+    builder.caption("Entropix quadrants: logit entropy vs varentropy", ("sans-serif", 22));
+    builder.x_label_area_size(45).y_label_area_size(60);
     let mut chart = builder.build_cartesian_2d(0.0..x_max, 0.0..y_max).map_err(err)?;
     let mut mesh = chart.configure_mesh();
     mesh.light_line_style(WHITE.mix(0.0));
-    if text {
-        mesh.x_desc("entropy (bits)").y_desc("varentropy (bits²)");
-    } else {
-        mesh.x_labels(0).y_labels(0);
-    }
+    mesh.x_desc("entropy (bits)").y_desc("varentropy (bits²)");
     mesh.draw().map_err(err)?;
 
     let grey = RGBColor(90, 90, 90);
@@ -145,21 +141,17 @@ where
         let series = chart
             .draw_series(pts.iter().map(|&p| Circle::new(p, 3, colour.mix(0.75).filled())))
             .map_err(err)?;
-        if text {
-            let name = branch.map_or("plain".to_string(), |b| format!("{b}: {}", b.description()));
-            let label = format!("{name} ({})", pts.len());
-            series.label(label).legend(move |(x, y)| Circle::new((x + 8, y), 4, colour.filled()));
-        }
+        let name = branch.map_or("plain".to_string(), |b| format!("{b}: {}", b.description()));
+        let label = format!("{name} ({})", pts.len());
+        series.label(label).legend(move |(x, y)| Circle::new((x + 8, y), 4, colour.filled()));
     }
-    if text {
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(err)?;
-    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
 }

@@ -1,0 +1,27 @@
+//! A font for bitmap (PNG) plots. plotters' bitmap backend draws no text without one, and a
+//! fresh machine may have no system fonts, so DejaVu Sans (Bitstream Vera licence,
+//! `assets/fonts/LICENSE-DejaVu.txt`) ships inside the binary. SVG output names the font
+//! family and lets the viewer render it.
+
+use std::sync::Once;
+
+use plotters::style::FontStyle;
+
+static FONT: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
+
+/// Registers the embedded font for every family name plotters' defaults use; idempotent.
+pub fn register() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        for family in ["sans-serif", "serif", "monospace"] {
+            for style in [FontStyle::Normal, FontStyle::Bold] {
+                // The bytes are a valid TrueType file checked in with the code; a failure
+                // would only lose the text of bitmap plots, never the plot.
+                if plotters::style::register_font(family, style, FONT).is_err() {
+                    tracing::warn!("could not register the embedded plot font");
+                    return;
+                }
+            }
+        }
+    });
+}
