@@ -400,7 +400,8 @@ const BLOCK: usize = 4;
 
 fn min_dense_rows(mode: MatmulMode) -> usize {
     match mode {
-        MatmulMode::Quantized => usize::MAX,
+        // Int8 is batch-invariant like Quantized: no row-count threshold.
+        MatmulMode::Quantized | MatmulMode::Int8 => usize::MAX,
         MatmulMode::DenseAbove { min_rows } => min_rows,
     }
 }

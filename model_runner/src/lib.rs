@@ -10,6 +10,7 @@ pub mod config;
 pub mod error;
 pub mod hf_config;
 pub mod hf_loader;
+pub mod int8_gemm;
 pub mod kv_cache;
 pub mod linear;
 pub mod metrics;

@@ -1,7 +1,8 @@
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{Module, Tensor};
 
-use crate::error::Result;
+use crate::error::{ModelError, Result};
+use crate::int8_gemm::{self, PackedWeight};
 
 /// How projections multiply a batch of rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,6 +16,11 @@ pub enum MatmulMode {
     /// Keep an f32 copy of every weight and run a GEMM once a step has at least `min_rows`
     /// rows, amortising weight decoding over the rows; fewer rows keep the quantized GEMV.
     DenseAbove { min_rows: usize },
+    /// Repack supported quantized weights (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K) at load and run the
+    /// int8 kernel of `int8_gemm` for every row count: weight decoding is amortised over the
+    /// rows of a step, and each row's result is bit-identical whatever else is in the batch.
+    /// Other formats (e.g. Q6_K) keep candle's quantized kernels.
+    Int8,
 }
 
 /// The default keeps results independent of batch composition (the per-request seed
@@ -49,6 +55,8 @@ pub struct Linear {
     quantized: QMatMul,
     /// `W^T` as `[in, out]` f32, present only in `DenseAbove` mode.
     dense_t: Option<Tensor>,
+    /// The repacked weight, present only in `Int8` mode for supported formats.
+    int8: Option<PackedWeight>,
     bias: Option<Tensor>,
     min_dense_rows: usize,
 }
@@ -56,14 +64,18 @@ pub struct Linear {
 impl Linear {
     pub fn new(weight: QTensor, bias: Option<Tensor>, mode: MatmulMode) -> Result<Self> {
         let device = weight.device();
+        let int8 = match mode {
+            MatmulMode::Int8 => PackedWeight::from_qtensor(&weight).map_err(int8_err)?,
+            _ => None,
+        };
         let (dense_t, min_dense_rows) = match mode {
-            MatmulMode::Quantized => (None, usize::MAX),
+            MatmulMode::Quantized | MatmulMode::Int8 => (None, usize::MAX),
             MatmulMode::DenseAbove { min_rows } => {
                 let w = weight.dequantize(&device)?;
                 (Some(w.t()?.contiguous()?), min_rows)
             }
         };
-        Ok(Self { quantized: QMatMul::from_qtensor(weight)?, dense_t, bias, min_dense_rows })
+        Ok(Self { quantized: QMatMul::from_qtensor(weight)?, dense_t, int8, bias, min_dense_rows })
     }
 
     /// A dense projection from an `[out, in]` weight of any float dtype (Hugging Face
@@ -75,6 +87,7 @@ impl Linear {
         Ok(Self {
             quantized: QMatMul::Tensor(dense_t.t()?),
             dense_t: Some(dense_t),
+            int8: None,
             bias,
             min_dense_rows: 0,
         })
@@ -82,8 +95,13 @@ impl Linear {
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let rows = x.dim(0)?;
-        let y = match &self.dense_t {
-            Some(w) if rows >= self.min_dense_rows => x.matmul(w)?,
+        let y = match (&self.int8, &self.dense_t) {
+            (Some(w), _) if x.dtype() == candle_core::DType::F32 => {
+                let values = x.flatten_all()?.to_vec1::<f32>()?;
+                let y = int8_gemm::matmul(w, &values, rows).map_err(int8_err)?;
+                Tensor::from_vec(y, (rows, w.out_features()), x.device())?
+            }
+            (_, Some(w)) if rows >= self.min_dense_rows => x.matmul(w)?,
             _ => self.quantized.forward(x)?,
         };
         Ok(match &self.bias {
@@ -91,4 +109,8 @@ impl Linear {
             None => y,
         })
     }
+}
+
+fn int8_err(e: int8_gemm::Int8GemmError) -> ModelError {
+    ModelError::Unsupported(format!("int8 matmul: {e}"))
 }

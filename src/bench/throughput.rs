@@ -78,6 +78,24 @@ pub fn synthetic_prompts(vocab: usize, n: usize, len: usize) -> Vec<Vec<u32>> {
         .collect()
 }
 
+/// `--matmul` values: `dense` (f32 GEMM from 8 rows, `MatmulMode::fast()`, the bench's
+/// historical default), `int8` (the batch-invariant int8 kernel) or `quantized` (candle's).
+pub fn parse_matmul_mode(name: &str) -> std::result::Result<crate::MatmulMode, String> {
+    match name {
+        "dense" => Ok(crate::MatmulMode::fast()),
+        "int8" => Ok(crate::MatmulMode::Int8),
+        "quantized" => Ok(crate::MatmulMode::Quantized),
+        other => Err(format!("unknown matmul mode `{other}` (dense, int8 or quantized)")),
+    }
+}
+
+/// The engine configuration a throughput run uses, with the given matmul mode.
+pub fn engine_config_with(model: &Path, mode: crate::MatmulMode) -> EngineConfig {
+    let mut c = EngineConfig::new(model);
+    c.matmul_mode = mode;
+    c
+}
+
 pub fn run(config: &ThroughputConfig, on_progress: impl FnMut(usize)) -> Result<ThroughputReport> {
     run_with_prompts(config, None, on_progress)
 }

@@ -55,6 +55,9 @@ pub struct ThroughputArgs {
     /// SVG for --sweep.
     #[arg(long, default_value = "throughput_sweep.svg")]
     pub plot: PathBuf,
+    /// Engine matmul mode: dense (f32 GEMM from 8 rows), int8 or quantized.
+    #[arg(long, default_value = "dense", value_parser = entrobatch::bench::throughput::parse_matmul_mode)]
+    pub matmul: entrobatch::MatmulMode,
 }
 
 pub fn run_bench(command: BenchCommand) -> Result<()> {
@@ -81,7 +84,7 @@ fn throughput(args: ThroughputArgs) -> Result<()> {
             concurrency,
             // The baseline does not depend on concurrency: measure it once.
             baseline_requests: if i == 0 { args.baseline_requests } else { 0 },
-            engine: None,
+            engine: Some(entrobatch::bench::throughput::engine_config_with(&model, args.matmul)),
             decoding: Default::default(),
         };
         let bar = ProgressBar::new(args.requests as u64);

@@ -1,0 +1,117 @@
+//! Projection matmuls of SmolLM2-135M's shapes in the three `MatmulMode`s, side by side in one
+//! process: candle's quantized kernels, the f32 GEMM of `DenseAbove` (forced for every row
+//! count here), and the int8 kernel. Weights are random values quantized like the GGUF
+//! (Q4_1 projections, Q8_0 lm_head). Every (shape, rows) point times the three modes in turn,
+//! `BENCH_ROUNDS` times (default 5), and keeps each mode's fastest round (the least disturbed by
+//! other load on the machine); compare the ratios, not the absolute times.
+//! Env: BENCH_ROUNDS, BENCH_ROWS (comma list, default 1,8,32,64,256), BENCH_JSON (output path).
+
+use std::time::Instant;
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use entrobatch::model_runner::linear::{Linear, MatmulMode};
+
+const MODES: [(&str, MatmulMode); 3] = [
+    ("quantized", MatmulMode::Quantized),
+    ("dense_f32", MatmulMode::DenseAbove { min_rows: 0 }),
+    ("int8", MatmulMode::Int8),
+];
+
+/// (name, out, in, dtype, per-layer count): the SmolLM2-135M projections.
+const SHAPES: [(&str, usize, usize, GgmlDType, usize); 5] = [
+    ("q/o 576x576", 576, 576, GgmlDType::Q4_1, 2),
+    ("k/v 192x576", 192, 576, GgmlDType::Q4_1, 2),
+    ("gate/up 1536x576", 1536, 576, GgmlDType::Q4_1, 2),
+    ("down 576x1536", 576, 1536, GgmlDType::Q4_1, 1),
+    ("lm_head 49152x576", 49152, 576, GgmlDType::Q8_0, 0),
+];
+
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2
+        })
+        .collect()
+}
+
+/// Seconds per forward: enough iterations for ~20 ms, after one warm-up call.
+fn time(linear: &Linear, x: &Tensor) -> anyhow::Result<f64> {
+    linear.forward(x)?;
+    let start = Instant::now();
+    let mut iters = 0u32;
+    while start.elapsed().as_secs_f64() < 0.02 || iters < 2 {
+        linear.forward(x)?;
+        iters += 1;
+    }
+    Ok(start.elapsed().as_secs_f64() / iters as f64)
+}
+
+fn fastest(v: Vec<f64>) -> f64 {
+    v.into_iter().fold(f64::INFINITY, f64::min)
+}
+
+fn main() -> anyhow::Result<()> {
+    let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    let rows_list: Vec<usize> = std::env::var("BENCH_ROWS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 8, 32, 64, 256]);
+    let mut records = Vec::new();
+    // Per-row-count totals over one transformer layer (weighted by per-layer counts).
+    let mut layer = vec![[0.0f64; 3]; rows_list.len()];
+    println!("{:<20} {:>5} {:>12} {:>12} {:>12} {:>9} {:>9}", "shape", "rows", "quantized", "dense_f32", "int8", "q/int8", "f32/int8");
+    for (si, &(name, n, k, dtype, per_layer)) in SHAPES.iter().enumerate() {
+        let w = Tensor::from_vec(random(n * k, 7 + si as u64), (n, k), &Device::Cpu)?;
+        let linears = MODES
+            .iter()
+            .map(|(_, mode)| Ok(Linear::new(QTensor::quantize(&w, dtype)?, None, *mode)?))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        for (ri, &rows) in rows_list.iter().enumerate() {
+            let x = Tensor::from_vec(random(rows * k, 99 + rows as u64), (rows, k), &Device::Cpu)?;
+            let mut samples = vec![Vec::new(); 3];
+            for _ in 0..rounds {
+                for (m, linear) in linears.iter().enumerate() {
+                    samples[m].push(time(linear, &x)?);
+                }
+            }
+            let t: Vec<f64> = samples.into_iter().map(fastest).collect();
+            for m in 0..3 {
+                layer[ri][m] += t[m] * per_layer as f64;
+            }
+            println!(
+                "{:<20} {:>5} {:>10.1}us {:>10.1}us {:>10.1}us {:>9.2} {:>9.2}",
+                name, rows, t[0] * 1e6, t[1] * 1e6, t[2] * 1e6, t[0] / t[2], t[1] / t[2]
+            );
+            records.push(serde_json::json!({
+                "shape": name, "out": n, "in": k, "dtype": format!("{dtype:?}"), "rows": rows,
+                "seconds": { "quantized": t[0], "dense_f32": t[1], "int8": t[2] },
+                "speedup_int8_vs_quantized": t[0] / t[2], "speedup_int8_vs_dense_f32": t[1] / t[2],
+                "int8_gops": 2.0 * (n * k * rows) as f64 / t[2] / 1e9,
+            }));
+        }
+    }
+    println!("\none layer's projections (2 q/o + 2 k/v + 2 gate/up + down):");
+    for (ri, &rows) in rows_list.iter().enumerate() {
+        let t = layer[ri];
+        println!(
+            "{:<20} {:>5} {:>10.1}us {:>10.1}us {:>10.1}us {:>9.2} {:>9.2}",
+            "layer", rows, t[0] * 1e6, t[1] * 1e6, t[2] * 1e6, t[0] / t[2], t[1] / t[2]
+        );
+        records.push(serde_json::json!({
+            "shape": "layer", "rows": rows,
+            "seconds": { "quantized": t[0], "dense_f32": t[1], "int8": t[2] },
+            "speedup_int8_vs_quantized": t[0] / t[2], "speedup_int8_vs_dense_f32": t[1] / t[2],
+        }));
+    }
+    let json = serde_json::to_string_pretty(&records)?;
+    match std::env::var_os("BENCH_JSON") {
+        Some(path) => std::fs::write(path, json)?,
+        None => println!("{json}"),
+    }
+    Ok(())
+}

@@ -1,0 +1,113 @@
+//! Decoding GGML block formats into the kernel's uniform 32-element block:
+//! `w = d * q + m` with integer quants `q` (unsigned, `0..=31`) or `w = d * q` (signed `i8`).
+//!
+//! Every supported format maps exactly (no re-quantization): the f16 scales widen to f32 and
+//! Q4_K's 6-bit sub-block scales multiply into them without rounding (11 + 6 bits fit in f32's
+//! 24-bit mantissa). Q6_K's 16-element sub-blocks do not fit a 32-element block with one scale,
+//! so it (and anything else) is reported unsupported and the caller keeps candle's kernels.
+
+use candle_core::quantized::GgmlDType;
+use half::f16;
+
+use super::pack::QuantKind;
+use super::BLOCK;
+
+/// One decoded 32-element block.
+pub(crate) struct Block32 {
+    pub q: [u8; BLOCK],
+    pub d: f32,
+    pub m: f32,
+}
+
+/// The layout of one GGML format: elements and bytes per GGML block.
+pub(crate) struct Format {
+    pub dtype: GgmlDType,
+    pub kind: QuantKind,
+    pub block_elems: usize,
+    pub block_bytes: usize,
+}
+
+/// The formats the kernel supports, or `None` (the caller falls back to candle's kernels).
+pub(crate) fn format_of(dtype: GgmlDType) -> Option<Format> {
+    let (kind, block_elems, block_bytes) = match dtype {
+        GgmlDType::Q4_0 => (QuantKind::Unsigned, 32, 18),
+        GgmlDType::Q4_1 => (QuantKind::Unsigned, 32, 20),
+        GgmlDType::Q5_0 => (QuantKind::Unsigned, 32, 22),
+        GgmlDType::Q5_1 => (QuantKind::Unsigned, 32, 24),
+        GgmlDType::Q8_0 => (QuantKind::Signed, 32, 34),
+        GgmlDType::Q4K => (QuantKind::Unsigned, 256, 144),
+        _ => return None,
+    };
+    // Guard against a candle version whose block layout differs from the one decoded here.
+    if dtype.block_size() != block_elems || dtype.type_size() != block_bytes {
+        return None;
+    }
+    Some(Format { dtype, kind, block_elems, block_bytes })
+}
+
+fn half(b: &[u8], at: usize) -> f32 {
+    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+/// Nibbles as GGML stores them in 32-element blocks: low nibbles are elements 0..16, high 16..32.
+fn nibbles(qs: &[u8]) -> [u8; BLOCK] {
+    let mut q = [0u8; BLOCK];
+    for j in 0..16 {
+        q[j] = qs[j] & 0x0F;
+        q[j + 16] = qs[j] >> 4;
+    }
+    q
+}
+
+/// Q5's fifth bits: bit `j` of `qh` belongs to element `j`.
+fn with_high_bits(mut q: [u8; BLOCK], qh: &[u8]) -> [u8; BLOCK] {
+    let qh = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+    for (j, v) in q.iter_mut().enumerate() {
+        *v |= (((qh >> j) & 1) as u8) << 4;
+    }
+    q
+}
+
+/// Q4_K's packed 6-bit (scale, min) of sub-block `j` (ggml's `get_scale_min_k4`).
+fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (s[j] & 63, s[j + 4] & 63)
+    } else {
+        ((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4))
+    }
+}
+
+/// Decodes 32-element sub-block `sub` of the GGML block `b` (exactly `format.block_bytes` long).
+pub(crate) fn decode(format: &Format, b: &[u8], sub: usize) -> Block32 {
+    match format.dtype {
+        GgmlDType::Q4_0 => {
+            let d = half(b, 0);
+            Block32 { q: nibbles(&b[2..18]), d, m: -8.0 * d }
+        }
+        GgmlDType::Q4_1 => Block32 { q: nibbles(&b[4..20]), d: half(b, 0), m: half(b, 2) },
+        GgmlDType::Q5_0 => {
+            let d = half(b, 0);
+            Block32 { q: with_high_bits(nibbles(&b[6..22]), &b[2..6]), d, m: -16.0 * d }
+        }
+        GgmlDType::Q5_1 => {
+            Block32 { q: with_high_bits(nibbles(&b[8..24]), &b[4..8]), d: half(b, 0), m: half(b, 2) }
+        }
+        GgmlDType::Q8_0 => {
+            let mut q = [0u8; BLOCK];
+            q.copy_from_slice(&b[2..34]);
+            Block32 { q, d: half(b, 0), m: 0.0 }
+        }
+        // Q4K (the only other format `format_of` admits): 8 sub-blocks of 32; each 64-element
+        // chunk shares 32 bytes, low nibbles for the even sub-block and high for the odd one.
+        _ => {
+            let (d, dmin) = (half(b, 0), half(b, 2));
+            let (sc, mn) = scale_min_k4(sub, &b[4..16]);
+            let qs = &b[16 + 32 * (sub / 2)..16 + 32 * (sub / 2) + 32];
+            let mut q = [0u8; BLOCK];
+            for (v, &byte) in q.iter_mut().zip(qs) {
+                *v = if sub % 2 == 0 { byte & 0x0F } else { byte >> 4 };
+            }
+            Block32 { q, d: d * sc as f32, m: -(dmin * mn as f32) }
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Weights repacked once at load into the microkernel's panel layout.
+//!
+//! Output columns (weight rows) are grouped in panels of `PANEL`; within a panel, block `b`
+//! stores the 32 quants of each of the panel's columns back to back, so one tile step loads
+//! `PANEL` consecutive 32-byte vectors. Scales and mins are `[panel][block][PANEL]` f32.
+//! The last panel is padded with zero columns (zero quants, scales and mins).
+
+use candle_core::quantized::QTensor;
+
+use super::formats::{decode, format_of};
+use super::{Int8GemmError, BLOCK, PANEL};
+
+/// How quants are interpreted by the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantKind {
+    /// `w = d * q + m`, `q` in `0..=31` (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K).
+    Unsigned,
+    /// `w = d * q`, `q` an `i8` stored as its bits (Q8_0).
+    Signed,
+}
+
+/// A `[out, in]` weight matrix in panel layout.
+pub struct PackedWeight {
+    kind: QuantKind,
+    out_features: usize,
+    in_features: usize,
+    blocks: usize,
+    quants: Vec<u8>,
+    scales: Vec<f32>,
+    /// Empty for `Signed` weights, which have no min term.
+    mins: Vec<f32>,
+}
+
+/// One panel's slices, as the kernels read them.
+pub(crate) struct Panel<'a> {
+    pub kind: QuantKind,
+    pub blocks: usize,
+    /// `[blocks][PANEL][BLOCK]`.
+    pub quants: &'a [u8],
+    /// `[blocks][PANEL]`.
+    pub scales: &'a [f32],
+    /// `[blocks][PANEL]`, empty for `Signed`.
+    pub mins: &'a [f32],
+}
+
+impl PackedWeight {
+    /// Repacks a 2-D quantized weight; `Ok(None)` when its format is not supported here.
+    pub fn from_qtensor(weight: &QTensor) -> Result<Option<Self>, Int8GemmError> {
+        let Some(format) = format_of(weight.dtype()) else { return Ok(None) };
+        let &[out_features, in_features] = weight.shape().dims() else { return Ok(None) };
+        if in_features % format.block_elems != 0 {
+            return Err(Int8GemmError::BadBlockCount { cols: in_features, block: format.block_elems });
+        }
+        let data = weight.data().map_err(|e| Int8GemmError::Data(e.to_string()))?;
+        let row_bytes = in_features / format.block_elems * format.block_bytes;
+        if data.len() != out_features * row_bytes {
+            return Err(Int8GemmError::BadDataLength { got: data.len(), expected: out_features * row_bytes });
+        }
+        let subs = format.block_elems / BLOCK;
+        Ok(Some(Self::from_blocks(format.kind, out_features, in_features, |col, b| {
+            let start = col * row_bytes + (b / subs) * format.block_bytes;
+            let block = decode(&format, &data[start..start + format.block_bytes], b % subs);
+            (block.q, block.d, block.m)
+        })))
+    }
+
+    /// Packs from a per-(column, block) decoder returning `(quants, d, m)`.
+    pub(crate) fn from_blocks(
+        kind: QuantKind,
+        out_features: usize,
+        in_features: usize,
+        mut block: impl FnMut(usize, usize) -> ([u8; BLOCK], f32, f32),
+    ) -> Self {
+        let blocks = in_features / BLOCK;
+        let panels = out_features.div_ceil(PANEL);
+        let mut quants = vec![0u8; panels * blocks * PANEL * BLOCK];
+        let mut scales = vec![0.0f32; panels * blocks * PANEL];
+        let mut mins = vec![0.0f32; if kind == QuantKind::Unsigned { scales.len() } else { 0 }];
+        for col in 0..out_features {
+            let (p, c) = (col / PANEL, col % PANEL);
+            for b in 0..blocks {
+                let (q, d, m) = block(col, b);
+                let at = (p * blocks + b) * PANEL + c;
+                quants[at * BLOCK..(at + 1) * BLOCK].copy_from_slice(&q);
+                scales[at] = d;
+                if let Some(slot) = mins.get_mut(at) {
+                    *slot = m;
+                }
+            }
+        }
+        Self { kind, out_features, in_features, blocks, quants, scales, mins }
+    }
+
+    pub fn kind(&self) -> QuantKind {
+        self.kind
+    }
+
+    pub fn out_features(&self) -> usize {
+        self.out_features
+    }
+
+    pub fn in_features(&self) -> usize {
+        self.in_features
+    }
+
+    pub(crate) fn num_panels(&self) -> usize {
+        self.out_features.div_ceil(PANEL)
+    }
+
+    pub(crate) fn panel(&self, p: usize) -> Panel<'_> {
+        let s = p * self.blocks * PANEL;
+        let e = s + self.blocks * PANEL;
+        Panel {
+            kind: self.kind,
+            blocks: self.blocks,
+            quants: &self.quants[s * BLOCK..e * BLOCK],
+            scales: &self.scales[s..e],
+            mins: if self.mins.is_empty() { &[] } else { &self.mins[s..e] },
+        }
+    }
+
+    /// The weights the kernel multiplies, `[out][in]` f32 (`d * q + m`), for reference checks.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut w = vec![0.0f32; self.out_features * self.in_features];
+        for col in 0..self.out_features {
+            let panel = self.panel(col / PANEL);
+            let c = col % PANEL;
+            for b in 0..self.blocks {
+                let at = b * PANEL + c;
+                let m = panel.mins.get(at).copied().unwrap_or(0.0);
+                for j in 0..BLOCK {
+                    let raw = panel.quants[at * BLOCK + j];
+                    let q = if self.kind == QuantKind::Signed { raw as i8 as f32 } else { raw as f32 };
+                    w[col * self.in_features + b * BLOCK + j] = panel.scales[at] * q + m;
+                }
+            }
+        }
+        w
+    }
+}

@@ -1,0 +1,149 @@
+//! The int8 kernel against a dense f64 re-computation (candle's own dequantized weights times
+//! the Q8-rounded activations), its scalar twin, and its batch invariance.
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use entrobatch_model_runner::int8_gemm::{matmul, matmul_with, Backend, Int8GemmError, PackedWeight};
+
+/// Deterministic pseudo-random values in [-1, 1) (xorshift), with occasional outliers so
+/// block scales vary a lot, as real activations do.
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let v = (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+            if i % 97 == 5 { v * 20.0 } else { v }
+        })
+        .collect()
+}
+
+fn quantized(dtype: GgmlDType, n: usize, k: usize, seed: u64) -> QTensor {
+    let w = Tensor::from_vec(values(n * k, seed), (n, k), &Device::Cpu).expect("tensor");
+    QTensor::quantize(&w, dtype).expect("quantize")
+}
+
+/// Activations as the kernel sees them, re-derived independently: per 32-block
+/// `d = max|x| / 127`, `q = round(x / d)`.
+fn q8_rounded(x: &[f32]) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.len());
+    for b in x.chunks(32) {
+        let d = b.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0;
+        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        out.extend(b.iter().map(|v| (v * id).round() * d));
+    }
+    out
+}
+
+/// Checks the kernel on `rows x k` activations against the f64 product of candle's
+/// dequantized weights and the Q8-rounded activations.
+fn check_against_dense(dtype: GgmlDType, n: usize, k: usize, rows: usize) {
+    let q = quantized(dtype, n, k, (n * 31 + k) as u64);
+    let packed = PackedWeight::from_qtensor(&q).expect("pack").expect("supported format");
+    let w = q.dequantize(&Device::Cpu).expect("dequantize").flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    // The repacking is exact: the kernel multiplies the very weights candle decodes.
+    for (i, (a, b)) in packed.dequantize().iter().zip(&w).enumerate() {
+        assert!((a - b).abs() <= 1e-6 * b.abs().max(1e-3), "{dtype:?} weight {i}: {a} vs {b}");
+    }
+    let x = values(rows * k, (rows * 7 + n) as u64);
+    let xq = q8_rounded(&x);
+    let y = matmul(&packed, &x, rows).expect("matmul");
+    assert_eq!(y.len(), rows * n);
+    for r in 0..rows {
+        for c in 0..n {
+            let (mut exact, mut magnitude) = (0.0f64, 0.0f64);
+            for j in 0..k {
+                let p = w[c * k + j] as f64 * xq[r * k + j] as f64;
+                exact += p;
+                magnitude += p.abs();
+            }
+            let got = y[r * n + c] as f64;
+            // f32 accumulation over k/32 blocks: a few ulps of the magnitude of the terms.
+            let tol = 2e-6 * magnitude + 1e-6;
+            assert!(
+                (got - exact).abs() <= tol,
+                "{dtype:?} n={n} k={k} rows={rows} ({r},{c}): {got} vs {exact} (tol {tol})"
+            );
+        }
+    }
+}
+
+#[test]
+fn q4_1_matches_dense_recomputation_on_odd_shapes() {
+    for rows in [1, 3, 17, 64] {
+        for (n, k) in [(13, 64), (70, 576), (4, 32)] {
+            check_against_dense(GgmlDType::Q4_1, n, k, rows);
+        }
+    }
+}
+
+#[test]
+fn q8_0_matches_dense_recomputation_on_odd_shapes() {
+    for rows in [1, 3, 17, 64] {
+        for (n, k) in [(13, 64), (70, 576), (1, 96)] {
+            check_against_dense(GgmlDType::Q8_0, n, k, rows);
+        }
+    }
+}
+
+#[test]
+fn other_supported_formats_match_dense_recomputation() {
+    for dtype in [GgmlDType::Q4_0, GgmlDType::Q5_0, GgmlDType::Q5_1] {
+        check_against_dense(dtype, 21, 128, 5);
+    }
+    check_against_dense(GgmlDType::Q4K, 22, 512, 5);
+}
+
+#[test]
+fn unsupported_formats_are_declined_not_misread() {
+    let q = quantized(GgmlDType::Q6K, 8, 256, 1);
+    assert!(PackedWeight::from_qtensor(&q).expect("no error").is_none());
+}
+
+#[test]
+fn wrong_activation_length_is_an_error() {
+    let packed = PackedWeight::from_qtensor(&quantized(GgmlDType::Q4_1, 8, 64, 2)).unwrap().unwrap();
+    let err = matmul(&packed, &[0.0; 63], 1).unwrap_err();
+    assert_eq!(err, Int8GemmError::ShapeMismatch { rows: 1, cols: 64, got: 63 });
+}
+
+#[test]
+fn scalar_fallback_is_bit_identical_to_simd() {
+    for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0, GgmlDType::Q4K] {
+        let (n, k, rows) = (37, 512, 11);
+        let packed = PackedWeight::from_qtensor(&quantized(dtype, n, k, 3)).unwrap().unwrap();
+        let x = values(rows * k, 4);
+        let fast = matmul_with(&packed, &x, rows, Backend::Auto).unwrap();
+        let scalar = matmul_with(&packed, &x, rows, Backend::Scalar).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&fast), bits(&scalar), "{dtype:?}");
+    }
+}
+
+/// A row's output bits do not depend on the batch: alone, inside 37 rows, or in a sub-batch
+/// that puts it in a different tile position.
+#[test]
+fn rows_are_bit_identical_alone_and_inside_a_batch() {
+    for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
+        let (n, k, rows) = (70, 576, 37);
+        let packed = PackedWeight::from_qtensor(&quantized(dtype, n, k, 5)).unwrap().unwrap();
+        let x = values(rows * k, 6);
+        let batch = matmul(&packed, &x, rows).unwrap();
+        for r in 0..rows {
+            let alone = matmul(&packed, &x[r * k..(r + 1) * k], 1).unwrap();
+            assert_eq!(
+                alone.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                batch[r * n..(r + 1) * n].iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{dtype:?} row {r}"
+            );
+        }
+        // Rows 5..9 as a 4-row batch: row 5 is now a tile's first row instead of its third.
+        let sub = matmul(&packed, &x[5 * k..9 * k], 4).unwrap();
+        assert_eq!(
+            sub.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            batch[5 * n..9 * n].iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+    }
+}
