@@ -1,7 +1,7 @@
-//! A font for bitmap (PNG) plots. plotters' bitmap backend draws no text without one, and a
-//! fresh machine may have no system fonts, so DejaVu Sans (Bitstream Vera licence,
-//! `assets/fonts/LICENSE-DejaVu.txt`) ships inside the binary. SVG output names the font
-//! family and lets the viewer render it.
+//! The font every plot uses. plotters lays out text with real font metrics (SVG too) and draws
+//! PNG text with the glyphs, and a fresh machine may have no system fonts, so DejaVu Sans
+//! (Bitstream Vera licence, `assets/fonts/LICENSE-DejaVu.txt`) ships inside the binary. Call
+//! `register` before building any chart.
 
 use std::sync::Once;
 

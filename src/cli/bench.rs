@@ -118,6 +118,7 @@ fn throughput(args: ThroughputArgs) -> Result<()> {
 }
 
 fn plot_sweep(reports: &[ThroughputReport], path: &PathBuf) -> Result<()> {
+    entrobatch::plot_font::register();
     let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
     root.fill(&WHITE)?;
     let max_c = reports.iter().map(|r| r.concurrency).max().unwrap_or(1) as f64;

@@ -74,12 +74,11 @@ pub fn run(args: PlotMetricsArgs) -> Result<()> {
 pub fn draw(path: &Path, points: &[Point], config: &EntropixConfig) -> Result<()> {
     let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     let size = (900, 700);
+    // Text layout needs font metrics on both backends.
+    entrobatch::plot_font::register();
     match ext.as_deref() {
         Some("svg") => chart(&SVGBackend::new(path, size).into_drawing_area(), points, config),
-        Some("png") => {
-            entrobatch::plot_font::register();
-            chart(&BitMapBackend::new(path, size).into_drawing_area(), points, config)
-        }
+        Some("png") => chart(&BitMapBackend::new(path, size).into_drawing_area(), points, config),
         _ => bail!("{}: the output must end in .svg or .png", path.display()),
     }
 }

@@ -27,6 +27,7 @@ pub fn draw(path: &Path, report: &EvalReport) -> Result<()> {
     if report.strategies.is_empty() {
         bail!("no strategy results to plot");
     }
+    crate::plot_font::register();
     let root = SVGBackend::new(path, (1000, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("plot: {e}"))?;
     let model = Path::new(&report.model).file_name().map_or(report.model.clone(), |f| f.to_string_lossy().into_owned());

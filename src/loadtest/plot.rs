@@ -15,6 +15,7 @@ pub fn draw_sweep(path: &Path, reports: &[LoadTestReport]) -> Result<()> {
     if throughput.is_empty() {
         return Err(anyhow!("nothing to plot: the sweep has no rated runs"));
     }
+    crate::plot_font::register();
     let root = SVGBackend::new(path, (1000, 420)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("plot: {e}"))?;
     let (left, right) = root.split_horizontally(500);
