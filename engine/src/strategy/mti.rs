@@ -18,12 +18,12 @@
 use std::borrow::Cow;
 
 use entrobatch_sampler::mti::{cfg_blend, guidance_triggers};
-use entrobatch_sampler::{entropy_varentropy_nats, sample_row, SampleInput};
+use entrobatch_sampler::entropy_varentropy_nats;
 use serde::{Deserialize, Serialize};
 
-use super::plain::PlainStrategy;
+use super::plain::{sample_plain, PlainStrategy};
 use super::{ScratchRow, SequenceStrategy, SpanPlan, StrategyInput, StrategyOutput};
-use crate::event::{GeneratedToken, TokenLogprob, TokenMetrics};
+use crate::event::{GeneratedToken, TokenMetrics};
 
 /// Per-request MTI settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -115,25 +115,6 @@ impl MtiStrategy {
     fn active(&self) -> bool {
         self.scale != 1.0
     }
-
-    /// Draws from `logits` with the request's ordinary sampler chain.
-    fn sample(&self, input: &StrategyInput<'_>, logits: &[f32]) -> Result<(u32, Option<TokenLogprob>), String> {
-        let out = sample_row(&SampleInput {
-            logits,
-            params: input.sampling,
-            prompt_token_ids: input.prompt_token_ids,
-            output_token_ids: input.output_token_ids,
-            seed: input.seed,
-            step: input.output_token_ids.len() as u64,
-        })
-        .map_err(|e| format!("sampling failed: {e}"))?;
-        let logprob = input.sampling.logprobs.map(|_| TokenLogprob {
-            token_id: out.token_id,
-            logprob: out.logprob,
-            top_logprobs: out.top_logprobs,
-        });
-        Ok((out.token_id, logprob))
-    }
 }
 
 impl SequenceStrategy for MtiStrategy {
@@ -200,8 +181,8 @@ impl SequenceStrategy for MtiStrategy {
                 self.pending = Some(PendingGuidance { cond: Cow::Owned(cond.into_owned()), entropy, varentropy });
                 return Ok(StrategyOutput { tokens: Vec::new(), next_scratch_rows: l });
             }
-            (true, Some(uncond)) => self.sample(&input, &cfg_blend(&pending.cond, uncond, self.scale))?,
-            (false, _) => self.sample(&input, &pending.cond)?,
+            (true, Some(uncond)) => sample_plain(&input, &cfg_blend(&pending.cond, uncond, self.scale))?,
+            (false, _) => sample_plain(&input, &pending.cond)?,
         };
         self.tokens += 1;
         self.triggered += u64::from(triggered);

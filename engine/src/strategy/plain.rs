@@ -12,29 +12,36 @@ impl SequenceStrategy for PlainStrategy {
         let Some(logits) = input.logits.first() else {
             return Ok(StrategyOutput::default());
         };
-        let out = sample_row(&SampleInput {
-            logits,
-            params: input.sampling,
-            prompt_token_ids: input.prompt_token_ids,
-            output_token_ids: input.output_token_ids,
-            seed: input.seed,
-            step: input.output_token_ids.len() as u64,
-        })
-        .map_err(|e| format!("sampling failed: {e}"))?;
-        let logprob = input.sampling.logprobs.map(|_| TokenLogprob {
-            token_id: out.token_id,
-            logprob: out.logprob,
-            top_logprobs: out.top_logprobs,
-        });
+        let (token_id, logprob) = sample_plain(&input, logits)?;
         Ok(StrategyOutput {
             tokens: vec![GeneratedToken {
-                token_id: out.token_id,
+                token_id,
                 logprob,
                 metrics: input.return_metrics.then(|| logit_metrics(logits)),
             }],
             next_scratch_rows: 0,
         })
     }
+}
+
+/// Draws from `logits` with the request's plain sampler chain; the logprob when asked for.
+/// Strategies that rewrite logits (MTI's blend) sample through this too.
+pub(super) fn sample_plain(input: &StrategyInput<'_>, logits: &[f32]) -> Result<(u32, Option<TokenLogprob>), String> {
+    let out = sample_row(&SampleInput {
+        logits,
+        params: input.sampling,
+        prompt_token_ids: input.prompt_token_ids,
+        output_token_ids: input.output_token_ids,
+        seed: input.seed,
+        step: input.output_token_ids.len() as u64,
+    })
+    .map_err(|e| format!("sampling failed: {e}"))?;
+    let logprob = input.sampling.logprobs.map(|_| TokenLogprob {
+        token_id: out.token_id,
+        logprob: out.logprob,
+        top_logprobs: out.top_logprobs,
+    });
+    Ok((out.token_id, logprob))
 }
 
 /// Entropy (bits) and varentropy (bits^2) of the raw distribution.
