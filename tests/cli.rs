@@ -50,7 +50,8 @@ fn a_missing_model_is_a_one_line_error_saying_how_to_fetch_it() {
 
 #[test]
 fn a_corrupt_model_file_is_a_clear_error() {
-    let dir = std::env::temp_dir().join(format!("entrobatch-cli-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("entrobatch-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("truncated.gguf");
     let good = std::fs::read(tiny_model(&TinyModelSpec::llama(), "cli-corrupt")).unwrap();

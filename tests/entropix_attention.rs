@@ -403,6 +403,7 @@ fn min_dense_rows(mode: MatmulMode) -> usize {
         // Int8 is batch-invariant like Quantized: no row-count threshold.
         MatmulMode::Quantized | MatmulMode::Int8 => usize::MAX,
         MatmulMode::DenseAbove { min_rows } => min_rows,
+        MatmulMode::Hybrid { dense_from_rows } => dense_from_rows,
     }
 }
 

@@ -153,7 +153,8 @@ fn strategies_parse_and_bootstrap_bounds() {
 #[test]
 fn cli_writes_json_table_and_svg() {
     let model = tiny();
-    let dir = std::env::temp_dir().join(format!("entrobatch-eval-cli-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("entrobatch-eval-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let json = dir.join("mmlu.json");
     let out = Command::new(env!("CARGO_BIN_EXE_entrobatch"))

@@ -36,7 +36,7 @@ struct Step {
 }
 
 impl Harness {
-    fn new(path: &Path, prompt: &[u32], config: &MtiConfig) -> (Self, Vec<u32>) {
+    fn new(path: &Path, prompt: &[u32], config: &MtiConfig, predict: bool) -> (Self, Vec<u32>) {
         let (mut model, tokenizer): (_, GgufTokenizer) = load_gguf(path, MatmulMode::Quantized).expect("load");
         // Bit-comparable with candle-transformers' model: mirror its attention ops.
         model.set_attention_kernel(entrobatch::model_runner::AttentionKernel::CandleMirror);
@@ -51,7 +51,7 @@ impl Harness {
         })
         .expect("scheduler");
         scheduler.add(NewSequence { id: ID, prompt_token_ids: prompt.to_vec(), max_tokens: 64 }).expect("add");
-        let strategy = MtiStrategy::build(config, &tokenizer).expect("strategy");
+        let strategy = MtiStrategy::build(config, &tokenizer).expect("strategy").with_trigger_prediction(predict);
         let negative = config.negative_prompt_ids(&tokenizer).expect("negative prompt");
         let sampling = SamplingParams::greedy();
         (Self { runner, scheduler, strategy, sampling }, negative)
@@ -161,8 +161,8 @@ fn blended_top2(cond: &[f32], uncond: &[f32], w: f64) -> ((usize, f64), f64) {
 }
 
 /// Steps until `guided` tokens were guided, checking each against the reference.
-fn check_guided_steps(path: &Path, arch: RefArch, prompt: &[u32], config: MtiConfig, guided: usize, tol: f32) {
-    let (mut h, negative) = Harness::new(path, prompt, &config);
+fn check_guided_steps(path: &Path, arch: RefArch, prompt: &[u32], config: MtiConfig, predict: bool, guided: usize, tol: f32) {
+    let (mut h, negative) = Harness::new(path, prompt, &config, predict);
     assert!(!negative.is_empty());
     let mut pending_cond: Option<Vec<f32>> = None;
     let (mut seen, mut steps) = (0, 0);
@@ -228,7 +228,7 @@ fn smollm2_unconditional_rows_match_reference_deferred() {
     let prompt = smollm2_prompt(&path);
     // tau = 0: every token triggers, through the two-step (kept row, then scratch rows) path.
     let config = MtiConfig { entropy_threshold: 0.0, guidance_scale: 1.5, ..MtiConfig::default() };
-    check_guided_steps(&path, RefArch::Llama, &prompt, config, 4, 2e-3);
+    check_guided_steps(&path, RefArch::Llama, &prompt, config, false, 4, 2e-3);
 }
 
 #[test]
@@ -237,7 +237,10 @@ fn smollm2_unconditional_rows_match_reference_fused() {
     let prompt = smollm2_prompt(&path);
     // tau = -1: after the first token the scratch rows ride with each decode row.
     let config = MtiConfig { entropy_threshold: -1.0, guidance_scale: 3.0, ..MtiConfig::default() };
-    check_guided_steps(&path, RefArch::Llama, &prompt, config, 4, 2e-3);
+    check_guided_steps(&path, RefArch::Llama, &prompt, config, false, 4, 2e-3);
+    // tau = 0 with trigger prediction: the first token is deferred, the next ones fused.
+    let config = MtiConfig { entropy_threshold: 0.0, guidance_scale: 1.5, ..MtiConfig::default() };
+    check_guided_steps(&path, RefArch::Llama, &prompt, config, true, 4, 2e-3);
 }
 
 #[test]
@@ -246,6 +249,7 @@ fn tiny_model_unconditional_rows_match_reference() {
     let prompt: Vec<u32> = (0..21).map(|i| 40 + (i * 7) % 50).collect();
     for tau in [0.0, -1.0] {
         let config = MtiConfig { entropy_threshold: tau, guidance_scale: 2.0, ..MtiConfig::default() };
-        check_guided_steps(&path, RefArch::Llama, &prompt, config, 3, 1e-4);
+        check_guided_steps(&path, RefArch::Llama, &prompt, config.clone(), false, 3, 1e-4);
+        check_guided_steps(&path, RefArch::Llama, &prompt, config, true, 3, 1e-4);
     }
 }

@@ -44,7 +44,9 @@ fn root_serves_the_page_and_info_follows_the_model() {
     assert_eq!(server.get("/no-such-page").status, 404);
     drop(server);
 
-    let dir = std::env::temp_dir().join(format!("entrobatch-playground-wedlm-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+
+        .join(format!("entrobatch-playground-wedlm-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     write_tiny_hf(&dir, &TinyHfSpec::qwen3()).expect("write tiny WeDLM checkpoint");
     let server = TestServer::start(engine_config(dir.clone()));

@@ -16,11 +16,17 @@ pub enum MatmulMode {
     /// Keep an f32 copy of every weight and run a GEMM once a step has at least `min_rows`
     /// rows, amortising weight decoding over the rows; fewer rows keep the quantized GEMV.
     DenseAbove { min_rows: usize },
-    /// Repack supported quantized weights (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K) at load and run the
-    /// int8 kernel of `int8_gemm` for every row count: weight decoding is amortised over the
-    /// rows of a step, and each row's result is bit-identical whatever else is in the batch.
-    /// Other formats (e.g. Q6_K) keep candle's quantized kernels.
+    /// Repack quantized weights at load (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K exactly; Q2_K/Q3_K/
+    /// Q5_K/Q6_K re-quantized to 8 bits per 32 elements) and run the int8 kernel of
+    /// `int8_gemm` for every row count: weight decoding is amortised over the rows of a step,
+    /// and each row's result is bit-identical whatever else is in the batch. Other formats
+    /// (f16, f32) keep candle's matmul.
     Int8,
+    /// `Int8` for steps below `dense_from_rows` rows and the f32 GEMM of `DenseAbove` from
+    /// there on: decode steps take the int8 kernel (faster up to about a hundred rows), large
+    /// prefill chunks the GEMM (faster at 256 rows). A row's result then depends on the size
+    /// of the step it lands in, so this is a throughput mode, not batch-invariant.
+    Hybrid { dense_from_rows: usize },
 }
 
 /// The default keeps results independent of batch composition (the per-request seed
@@ -34,9 +40,10 @@ impl Default for MatmulMode {
 }
 
 impl MatmulMode {
-    /// The throughput mode: GEMM over f32 weights once a step has 8 rows or more.
+    /// The throughput mode (`--fast-matmul`): int8 for decode-sized steps, the f32 GEMM from
+    /// 128 rows, where the int8 kernel stops winning (BENCHMARKS.md, "Int8 matmul").
     pub fn fast() -> Self {
-        Self::DenseAbove { min_rows: 8 }
+        Self::Hybrid { dense_from_rows: 128 }
     }
 }
 
@@ -67,14 +74,14 @@ impl Linear {
     pub fn new(weight: QTensor, bias: Option<Tensor>, mode: MatmulMode) -> Result<Self> {
         let device = weight.device();
         let int8 = match mode {
-            MatmulMode::Int8 => PackedWeight::from_qtensor(&weight).map_err(int8_err)?,
+            MatmulMode::Int8 | MatmulMode::Hybrid { .. } => PackedWeight::from_qtensor(&weight).map_err(int8_err)?,
             _ => None,
         };
         let (dense_t, min_dense_rows) = match mode {
             MatmulMode::Quantized | MatmulMode::Int8 => (None, usize::MAX),
-            MatmulMode::DenseAbove { min_rows } => {
+            MatmulMode::DenseAbove { min_rows: from } | MatmulMode::Hybrid { dense_from_rows: from } => {
                 let w = weight.dequantize(&device)?;
-                (Some(w.t()?.contiguous()?), min_rows)
+                (Some(w.t()?.contiguous()?), from)
             }
         };
         Ok(Self { quantized: QMatMul::from_qtensor(weight)?, dense_t, int8, bias, min_dense_rows })
@@ -98,12 +105,12 @@ impl Linear {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let rows = x.dim(0)?;
         let y = match (&self.int8, &self.dense_t) {
+            (_, Some(w)) if rows >= self.min_dense_rows => x.matmul(w)?,
             (Some(w), _) if x.dtype() == candle_core::DType::F32 => {
                 let values = x.flatten_all()?.to_vec1::<f32>()?;
                 let y = int8_gemm::matmul(w, &values, rows).map_err(int8_err)?;
                 Tensor::from_vec(y, (rows, w.out_features()), x.device())?
             }
-            (_, Some(w)) if rows >= self.min_dense_rows => x.matmul(w)?,
             _ => self.quantized.forward(x)?,
         };
         Ok(match &self.bias {

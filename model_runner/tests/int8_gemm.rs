@@ -96,9 +96,41 @@ fn other_supported_formats_match_dense_recomputation() {
     check_against_dense(GgmlDType::Q4K, 22, 512, 5);
 }
 
+/// Q6_K (Qwen2.5's lm_head, half its v/down projections) is re-quantized to 8 bits per 32
+/// elements: each packed weight lies within half a Q8 step (max|block| / 254) of candle's own
+/// Q6_K decoding, and the kernel multiplies exactly those packed weights.
+#[test]
+fn q6_k_is_requantized_within_half_a_q8_step() {
+    let (n, k, rows) = (19, 512, 7);
+    let q = quantized(GgmlDType::Q6K, n, k, 1);
+    let packed = PackedWeight::from_qtensor(&q).expect("pack").expect("Q6_K is packed");
+    let w = q.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let p = packed.dequantize();
+    let mut worst = 0.0f32;
+    for (block_w, block_p) in w.chunks(32).zip(p.chunks(32)) {
+        let half_step = block_w.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 254.0;
+        for (a, b) in block_w.iter().zip(block_p) {
+            assert!((a - b).abs() <= half_step * 1.0001 + 1e-9, "{a} re-quantized to {b}");
+            worst = worst.max((a - b).abs());
+        }
+    }
+    assert!(worst > 0.0, "8-bit re-quantization of 6-bit values cannot be lossless here");
+    let x = values(rows * k, 9);
+    let xq = q8_rounded(&x);
+    let y = matmul(&packed, &x, rows).expect("matmul");
+    for r in 0..rows {
+        for c in 0..n {
+            let exact: f64 = (0..k).map(|j| p[c * k + j] as f64 * xq[r * k + j] as f64).sum();
+            let magnitude: f64 = (0..k).map(|j| (p[c * k + j] as f64 * xq[r * k + j] as f64).abs()).sum();
+            let got = y[r * n + c] as f64;
+            assert!((got - exact).abs() <= 2e-6 * magnitude + 1e-6, "({r},{c}): {got} vs {exact}");
+        }
+    }
+}
+
 #[test]
 fn unsupported_formats_are_declined_not_misread() {
-    let q = quantized(GgmlDType::Q6K, 8, 256, 1);
+    let q = quantized(GgmlDType::F16, 8, 256, 1);
     assert!(PackedWeight::from_qtensor(&q).expect("no error").is_none());
 }
 

@@ -17,7 +17,7 @@ struct TempGguf(PathBuf);
 
 impl TempGguf {
     fn write(name: &str, spec: &TinyModelSpec) -> Self {
-        let path = std::env::temp_dir().join(format!(
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
             "entrobatch-tiny-{}-{name}.gguf",
             std::process::id()
         ));
@@ -226,7 +226,8 @@ fn seeded_and_validated() {
     assert_ne!(a, c, "different seeds must give different weights");
     // Q4_K's 256-wide blocks don't divide the 64-wide rows: a clear error, not a panic.
     let path =
-        std::env::temp_dir().join(format!("entrobatch-tiny-{}-bad.gguf", std::process::id()));
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("entrobatch-tiny-{}-bad.gguf", std::process::id()));
     let bad = TinyModelSpec {
         dtype: GgmlDType::Q4K,
         ..TinyModelSpec::llama()

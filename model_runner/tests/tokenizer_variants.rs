@@ -3,6 +3,7 @@
 mod common;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use candle_core::quantized::gguf_file::{Content, Value};
 use entrobatch_model_runner::testing::{write_tiny_gguf, TinyModelSpec};
@@ -11,8 +12,12 @@ use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer
 
 /// The tiny llama model's metadata, edited by `edit`.
 fn content_with(name: &str, edit: impl FnOnce(&mut HashMap<String, Value>)) -> Content {
-    let path = std::env::temp_dir().join(format!(
-        "entrobatch-tokvar-{}-{name}.gguf",
+    // Tests run in parallel and several ask for the same `name`: a per-call number keeps one
+    // test from reading a file another is still writing (or has just removed).
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "entrobatch-tokvar-{}-{call}-{name}.gguf",
         std::process::id()
     ));
     write_tiny_gguf(&path, &TinyModelSpec::llama()).unwrap();

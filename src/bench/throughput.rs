@@ -78,14 +78,16 @@ pub fn synthetic_prompts(vocab: usize, n: usize, len: usize) -> Vec<Vec<u32>> {
         .collect()
 }
 
-/// `--matmul` values: `dense` (f32 GEMM from 8 rows, `MatmulMode::fast()`, the bench's
-/// historical default), `int8` (the batch-invariant int8 kernel) or `quantized` (candle's).
+/// `--matmul` values: `int8` (the engine's default, batch-invariant), `hybrid` (int8 for
+/// decode-sized steps, f32 GEMM from 128 rows: `MatmulMode::fast()`, `--fast-matmul`), `dense`
+/// (f32 GEMM from 8 rows) or `quantized` (candle's kernels).
 pub fn parse_matmul_mode(name: &str) -> std::result::Result<crate::MatmulMode, String> {
     match name {
-        "dense" => Ok(crate::MatmulMode::fast()),
         "int8" => Ok(crate::MatmulMode::Int8),
+        "hybrid" => Ok(crate::MatmulMode::fast()),
+        "dense" => Ok(crate::MatmulMode::DenseAbove { min_rows: 8 }),
         "quantized" => Ok(crate::MatmulMode::Quantized),
-        other => Err(format!("unknown matmul mode `{other}` (dense, int8 or quantized)")),
+        other => Err(format!("unknown matmul mode `{other}` (int8, hybrid, dense or quantized)")),
     }
 }
 

@@ -10,7 +10,11 @@ use candle_core::{Device, Tensor};
 
 /// A fresh, per-process temp dir for the damaged copies.
 pub fn scratch_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("entrobatch-faults-{}-{name}", std::process::id()));
+    // A number per call: parallel tests asking for the same name must not share files.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("entrobatch-faults-{}-{call}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }

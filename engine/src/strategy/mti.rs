@@ -9,6 +9,11 @@
 //! drawn from the blend. Only triggered sequences pay rows, and they pay L rows, not a second
 //! batch-wide forward. With a negative threshold every row triggers, so the unconditional
 //! rows ride along with the decode row of the same step instead (classic CFG, no extra step).
+//! Uncertainty comes in runs, so after a guided token the next decode row also brings its
+//! unconditional rows along (trigger prediction): when it triggers again the token is emitted
+//! without the extra step; when it does not, the L rows were spent for nothing and the token
+//! is drawn from the conditional row as usual. Either way the tokens are the same as without
+//! prediction: the unconditional rows read the same context whichever step runs them.
 //!
 //! Every token MTI emits while active carries `TokenMetrics` (entropy in bits of the raw
 //! conditional row, `guided`), so clients see which tokens were guided; a guided token's
@@ -83,8 +88,12 @@ pub struct MtiStrategy {
     threshold: f32,
     scale: f32,
     negative: Vec<u32>,
-    /// Every row triggers (tau < 0): schedule the unconditional rows with the decode row.
-    fused: bool,
+    /// Every row triggers (tau < 0): the unconditional rows always ride with the decode row.
+    always: bool,
+    /// After a guided token, run the next token's unconditional rows with its decode row.
+    predict: bool,
+    /// Whether the next decode row brings its unconditional rows along.
+    fuse_next: bool,
     pending: Option<PendingGuidance<'static>>,
     /// Scratch rows this step's span carries (set while the batch is built).
     scratch_this_step: usize,
@@ -99,7 +108,9 @@ impl MtiStrategy {
         Self {
             threshold: config.entropy_threshold,
             scale: if active { config.guidance_scale } else { 1.0 },
-            fused: active && config.entropy_threshold < 0.0,
+            always: active && config.entropy_threshold < 0.0,
+            predict: true,
+            fuse_next: active && config.entropy_threshold < 0.0,
             negative,
             pending: None,
             scratch_this_step: 0,
@@ -110,6 +121,13 @@ impl MtiStrategy {
 
     pub fn build(config: &MtiConfig, tokenizer: &entrobatch_model_runner::GgufTokenizer) -> Result<Self, String> {
         Ok(Self::new(config, config.negative_prompt_ids(tokenizer)?))
+    }
+
+    /// Turns trigger prediction off: every triggered token then takes the two-step path
+    /// (unless tau < 0). The tokens are the same either way; this changes only the schedule.
+    pub fn with_trigger_prediction(mut self, on: bool) -> Self {
+        self.predict = on;
+        self
     }
 
     fn active(&self) -> bool {
@@ -129,7 +147,7 @@ impl SequenceStrategy for MtiStrategy {
             self.pending = None;
         }
         let for_pending = self.pending.is_some();
-        let for_fused = self.fused && plan.needs_sample && !plan.token_ids.is_empty();
+        let for_fused = self.fuse_next && plan.needs_sample && !plan.token_ids.is_empty();
         if !(for_pending || for_fused) {
             return Vec::new();
         }
@@ -186,6 +204,7 @@ impl SequenceStrategy for MtiStrategy {
         };
         self.tokens += 1;
         self.triggered += u64::from(triggered);
+        self.fuse_next = self.always || (self.predict && triggered);
         let ln2 = std::f32::consts::LN_2;
         let metrics = TokenMetrics {
             entropy: pending.entropy / ln2,
@@ -195,7 +214,7 @@ impl SequenceStrategy for MtiStrategy {
         };
         Ok(StrategyOutput {
             tokens: vec![GeneratedToken { token_id, logprob, metrics: Some(metrics) }],
-            next_scratch_rows: if self.fused { l } else { 0 },
+            next_scratch_rows: if self.fuse_next { l } else { 0 },
         })
     }
 
@@ -203,6 +222,7 @@ impl SequenceStrategy for MtiStrategy {
         // The sequence recomputes and resamples its last row; the kept row is stale.
         self.pending = None;
         self.scratch_this_step = 0;
+        self.fuse_next = self.always;
     }
 
     fn summary(&self) -> Option<serde_json::Value> {
@@ -263,7 +283,7 @@ mod tests {
     fn triggered_row_waits_for_its_scratch_rows_and_preemption_drops_it() {
         let sampling = SamplingParams::greedy();
         let config = MtiConfig { entropy_threshold: 0.5, ..MtiConfig::default() };
-        let mut s = MtiStrategy::new(&config, vec![7, 8, 9]);
+        let mut s = MtiStrategy::new(&config, vec![7, 8, 9]).with_trigger_prediction(false);
         assert!(s.scratch_rows(&plan(0, &[1, 2], 0)).is_empty());
         let out = s.process(input(vec![&FLAT], &sampling, &[])).unwrap();
         assert!(out.tokens.is_empty());
@@ -303,5 +323,36 @@ mod tests {
         let out = s.process(input(vec![&peaked, &FLAT], &sampling, &[4])).unwrap();
         assert_eq!(out.tokens.len(), 1, "fused rows emit at once");
         assert_eq!(out.next_scratch_rows, 2, "and ask for the next token's rows");
+    }
+
+    #[test]
+    fn after_a_guided_token_the_next_decode_row_brings_its_scratch_rows() {
+        let sampling = SamplingParams::greedy();
+        let config = MtiConfig { entropy_threshold: 0.5, ..MtiConfig::default() };
+        let mut s = MtiStrategy::new(&config, vec![7, 8]);
+        // First token: deferred, as without prediction.
+        assert!(s.scratch_rows(&plan(0, &[1, 2], 2)).is_empty());
+        assert!(s.process(input(vec![&FLAT], &sampling, &[])).unwrap().tokens.is_empty());
+        assert_eq!(s.scratch_rows(&plan(2, &[], 2)).len(), 2);
+        let uncond = [0.0f32, 0.0, 0.0, 5.0];
+        let out = s.process(input(vec![&uncond], &sampling, &[])).unwrap();
+        assert_eq!(out.tokens[0].metrics.as_ref().and_then(|m| m.guided), Some(true));
+        assert_eq!(out.next_scratch_rows, 2, "a guided token predicts another");
+        // Predicted and right: the blend is emitted in the same step.
+        let rows = s.scratch_rows(&plan(3, &[0], 2));
+        assert_eq!(rows, [ScratchRow { token_id: 7, position: 4 }, ScratchRow { token_id: 8, position: 5 }]);
+        let out = s.process(input(vec![&FLAT, &uncond], &sampling, &[0])).unwrap();
+        assert_eq!(out.tokens.len(), 1);
+        assert_eq!(out.tokens[0].token_id, 0, "drawn from the blend, away from the unconditional favourite");
+        assert_eq!(out.tokens[0].metrics.as_ref().and_then(|m| m.guided), Some(true));
+        // Predicted and wrong: a confident row ignores the unconditional one.
+        assert_eq!(s.scratch_rows(&plan(4, &[0], 2)).len(), 2);
+        let peaked = [0.0f32, 0.0, 0.0, 30.0];
+        let out = s.process(input(vec![&peaked, &[9.0, 0.0, 0.0, 0.0]], &sampling, &[0, 0])).unwrap();
+        assert_eq!(out.tokens[0].token_id, 3);
+        assert_eq!(out.tokens[0].metrics.as_ref().and_then(|m| m.guided), Some(false));
+        assert_eq!(out.next_scratch_rows, 0, "an unguided token predicts none");
+        assert!(s.scratch_rows(&plan(5, &[3], 2)).is_empty());
+        assert_eq!(s.summary().unwrap()["triggered"], 2);
     }
 }

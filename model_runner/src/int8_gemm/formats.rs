@@ -3,8 +3,8 @@
 //!
 //! Every supported format maps exactly (no re-quantization): the f16 scales widen to f32 and
 //! Q4_K's 6-bit sub-block scales multiply into them without rounding (11 + 6 bits fit in f32's
-//! 24-bit mantissa). Q6_K's 16-element sub-blocks do not fit a 32-element block with one scale,
-//! so it (and anything else) is reported unsupported and the caller keeps candle's kernels.
+//! 24-bit mantissa). Q6_K's 16-element sub-blocks do not fit a 32-element block with one scale:
+//! `pack.rs` re-quantizes it (and the other K-quants) to 8 bits instead of decoding it here.
 
 use candle_core::quantized::GgmlDType;
 use half::f16;

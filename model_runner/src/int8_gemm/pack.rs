@@ -7,6 +7,8 @@
 
 use candle_core::quantized::QTensor;
 
+use candle_core::quantized::GgmlDType;
+
 use super::formats::{decode, format_of};
 use super::{Int8GemmError, BLOCK, PANEL};
 
@@ -15,7 +17,7 @@ use super::{Int8GemmError, BLOCK, PANEL};
 pub enum QuantKind {
     /// `w = d * q + m`, `q` in `0..=31` (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K).
     Unsigned,
-    /// `w = d * q`, `q` an `i8` stored as its bits (Q8_0).
+    /// `w = d * q`, `q` an `i8` stored as its bits (Q8_0, and re-quantized K-quants).
     Signed,
 }
 
@@ -46,8 +48,14 @@ pub(crate) struct Panel<'a> {
 impl PackedWeight {
     /// Repacks a 2-D quantized weight; `Ok(None)` when its format is not supported here.
     pub fn from_qtensor(weight: &QTensor) -> Result<Option<Self>, Int8GemmError> {
-        let Some(format) = format_of(weight.dtype()) else { return Ok(None) };
         let &[out_features, in_features] = weight.shape().dims() else { return Ok(None) };
+        let Some(format) = format_of(weight.dtype()) else {
+            return if requantizable(weight.dtype()) {
+                Self::requantized(weight, out_features, in_features).map(Some)
+            } else {
+                Ok(None)
+            };
+        };
         if in_features % format.block_elems != 0 {
             return Err(Int8GemmError::BadBlockCount { cols: in_features, block: format.block_elems });
         }
@@ -62,6 +70,30 @@ impl PackedWeight {
             let block = decode(&format, &data[start..start + format.block_bytes], b % subs);
             (block.q, block.d, block.m)
         })))
+    }
+
+    /// K-quants whose sub-blocks do not map onto 32-element blocks (Q6_K's 16-element
+    /// sub-blocks, for one) are dequantized and re-quantized to 8 bits per 32 elements, like
+    /// Q8_0: the rounding step is a quarter of Q6_K's own or less, and in exchange these
+    /// tensors (Qwen2.5's lm_head among them) get the batched kernel instead of candle's
+    /// per-row one. The f32 copy lives only while packing.
+    fn requantized(weight: &QTensor, out_features: usize, in_features: usize) -> Result<Self, Int8GemmError> {
+        if in_features % BLOCK != 0 {
+            return Err(Int8GemmError::BadBlockCount { cols: in_features, block: BLOCK });
+        }
+        let data = |e: candle_core::Error| Int8GemmError::Data(e.to_string());
+        let w = weight
+            .dequantize(&candle_core::Device::Cpu)
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1::<f32>())
+            .map_err(data)?;
+        if w.len() != out_features * in_features {
+            return Err(Int8GemmError::BadDataLength { got: w.len(), expected: out_features * in_features });
+        }
+        Ok(Self::from_blocks(QuantKind::Signed, out_features, in_features, |col, b| {
+            let start = col * in_features + b * BLOCK;
+            quantize_q8_block(&w[start..start + BLOCK])
+        }))
     }
 
     /// Packs from a per-(column, block) decoder returning `(quants, d, m)`.
@@ -137,4 +169,23 @@ impl PackedWeight {
         }
         w
     }
+}
+
+/// Formats packed by re-quantization (see `PackedWeight::requantized`).
+fn requantizable(dtype: GgmlDType) -> bool {
+    matches!(dtype, GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q5K | GgmlDType::Q6K)
+}
+
+/// One 32-element block as Q8_0 does it: `d = max|w| / 127`, `q = round(w / d)`.
+fn quantize_q8_block(w: &[f32]) -> ([u8; BLOCK], f32, f32) {
+    let amax = w.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let mut q = [0u8; BLOCK];
+    if amax == 0.0 || !amax.is_finite() {
+        return (q, 0.0, 0.0);
+    }
+    let d = amax / 127.0;
+    for (slot, v) in q.iter_mut().zip(w) {
+        *slot = (v / d).round().clamp(-127.0, 127.0) as i8 as u8;
+    }
+    (q, d, 0.0)
 }
