@@ -41,9 +41,9 @@ impl Default for MatmulMode {
 
 impl MatmulMode {
     /// The throughput mode (`--fast-matmul`): int8 for decode-sized steps, the f32 GEMM from
-    /// 128 rows, where the int8 kernel stops winning (BENCHMARKS.md, "Int8 matmul").
+    /// 96 rows, where the int8 kernel stops winning (BENCHMARKS.md, "Int8 matmul").
     pub fn fast() -> Self {
-        Self::Hybrid { dense_from_rows: 128 }
+        Self::Hybrid { dense_from_rows: 96 }
     }
 }
 

@@ -79,7 +79,7 @@ pub fn synthetic_prompts(vocab: usize, n: usize, len: usize) -> Vec<Vec<u32>> {
 }
 
 /// `--matmul` values: `int8` (the engine's default, batch-invariant), `hybrid` (int8 for
-/// decode-sized steps, f32 GEMM from 128 rows: `MatmulMode::fast()`, `--fast-matmul`), `dense`
+/// decode-sized steps, f32 GEMM from 96 rows: `MatmulMode::fast()`, `--fast-matmul`), `dense`
 /// (f32 GEMM from 8 rows) or `quantized` (candle's kernels).
 pub fn parse_matmul_mode(name: &str) -> std::result::Result<crate::MatmulMode, String> {
     match name {

@@ -55,7 +55,7 @@ pub struct ThroughputArgs {
     /// SVG for --sweep.
     #[arg(long, default_value = "throughput_sweep.svg")]
     pub plot: PathBuf,
-    /// Engine matmul mode: int8 (the engine's default), hybrid (int8, f32 GEMM from 128 rows:
+    /// Engine matmul mode: int8 (the engine's default), hybrid (int8, f32 GEMM from 96 rows:
     /// --fast-matmul), dense (f32 GEMM from 8 rows) or quantized (candle's kernels).
     #[arg(long, default_value = "int8", value_parser = entrobatch::bench::throughput::parse_matmul_mode)]
     pub matmul: entrobatch::MatmulMode,

@@ -43,7 +43,7 @@ pub struct RunArgs {
     /// One JSON object per prompt per line instead of streamed text.
     #[arg(long)]
     pub json: bool,
-    /// Throughput mode: f32 GEMM over dequantized weights for steps of 128+ rows (prefill),
+    /// Throughput mode: f32 GEMM over dequantized weights for steps of 96+ rows (prefill),
     /// int8 below. Faster for many prompts, but a request's numerics then depend on what is
     /// batched with it.
     #[arg(long)]
