@@ -40,7 +40,14 @@ pub fn detokenizer(engine: &Engine, data: &[u8]) {
         let text = String::from_utf8_lossy(rest);
         let Ok(ids) = tokenizer.encode(&text, false) else { return };
         let back = tokenizer.decode(&ids, false).expect("decode what encode produced");
-        assert_eq!(back, text, "encode/decode does not round-trip");
+        // A byte-level vocabulary may lack some byte tokens (SmolLM2 has none for 0x04, 0x06,
+        // 0x13, 0x14, 0x16 and 0x1D); Hugging Face's BPE without an unknown token drops such
+        // characters, and so do we. The round trip holds for what the vocabulary can spell.
+        let spellable: String = text
+            .chars()
+            .filter(|c| tokenizer.encode(c.encode_utf8(&mut [0; 4]), false).is_ok_and(|ids| !ids.is_empty()))
+            .collect();
+        assert_eq!(back, spellable, "encode/decode does not round-trip");
         ids
     };
     let mut detok = Detokenizer::new();

@@ -61,10 +61,12 @@ pub enum AttentionKernel {
 
 /// A projection `y = x W^T (+ b)` over `[rows, in]` activations.
 pub struct Linear {
-    quantized: QMatMul,
-    /// `W^T` as `[in, out]` f32, present only in `DenseAbove` mode.
+    /// candle's matmul over the GGUF weight, kept only where the int8 repack does not replace
+    /// it (a format the repack does not support, or the `Quantized`/`DenseAbove` modes).
+    quantized: Option<QMatMul>,
+    /// `W^T` as `[in, out]` f32, present in the `DenseAbove` and `Hybrid` modes.
     dense_t: Option<Tensor>,
-    /// The repacked weight, present only in `Int8` mode for supported formats.
+    /// The repacked weight, present in the `Int8` and `Hybrid` modes for supported formats.
     int8: Option<PackedWeight>,
     bias: Option<Tensor>,
     min_dense_rows: usize,
@@ -84,7 +86,8 @@ impl Linear {
                 (Some(w.t()?.contiguous()?), from)
             }
         };
-        Ok(Self { quantized: QMatMul::from_qtensor(weight)?, dense_t, int8, bias, min_dense_rows })
+        let quantized = if int8.is_some() { None } else { Some(QMatMul::from_qtensor(weight)?) };
+        Ok(Self { quantized, dense_t, int8, bias, min_dense_rows })
     }
 
     /// A dense projection from an `[out, in]` weight of any float dtype (Hugging Face
@@ -94,7 +97,7 @@ impl Linear {
         let dense_t = weight.to_dtype(candle_core::DType::F32)?.t()?.contiguous()?;
         let bias = bias.map(|b| b.to_dtype(candle_core::DType::F32)).transpose()?;
         Ok(Self {
-            quantized: QMatMul::Tensor(dense_t.t()?),
+            quantized: Some(QMatMul::Tensor(dense_t.t()?)),
             dense_t: Some(dense_t),
             int8: None,
             bias,
@@ -106,12 +109,15 @@ impl Linear {
         let rows = x.dim(0)?;
         let y = match (&self.int8, &self.dense_t) {
             (_, Some(w)) if rows >= self.min_dense_rows => x.matmul(w)?,
-            (Some(w), _) if x.dtype() == candle_core::DType::F32 => {
-                let values = x.flatten_all()?.to_vec1::<f32>()?;
+            (Some(w), _) => {
+                let values = x.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
                 let y = int8_gemm::matmul(w, &values, rows).map_err(int8_err)?;
                 Tensor::from_vec(y, (rows, w.out_features()), x.device())?
             }
-            _ => self.quantized.forward(x)?,
+            _ => match &self.quantized {
+                Some(q) => q.forward(x)?,
+                None => return Err(ModelError::Unsupported("linear layer without a weight for this step".into())),
+            },
         };
         Ok(match &self.bias {
             Some(b) => y.broadcast_add(b)?,

@@ -127,6 +127,26 @@ fn round_trips() {
     assert_eq!(tok.decode(&crab, false).unwrap(), "🦀");
 }
 
+/// SmolLM2's vocabulary has no byte token for 0x04, 0x06, 0x13, 0x14, 0x16 or 0x1D. Hugging
+/// Face's BPE (no unknown token, no byte fallback) drops those characters, and so do we; the
+/// pre-tokenizer still splits the text around them, so "a\x04b" spells "a" and "b" apart.
+/// (Found by the detokenizer fuzz target.)
+#[test]
+fn bytes_missing_from_the_vocabulary_are_dropped_like_hf() {
+    let Some(tok) = load_tokenizer(SMOLLM2) else {
+        return;
+    };
+    for missing in ['\u{4}', '\u{6}', '\u{13}', '\u{14}', '\u{16}', '\u{1d}'] {
+        assert_eq!(tok.encode(&missing.to_string(), false).unwrap(), Vec::<u32>::new(), "{missing:?}");
+        let with = tok.encode(&format!("a{missing}b"), false).unwrap();
+        let apart = [tok.encode("a", false).unwrap(), tok.encode("b", false).unwrap()].concat();
+        assert_eq!(with, apart, "{missing:?}");
+        assert_eq!(tok.decode(&with, false).unwrap(), "ab");
+    }
+    // Its neighbours 0x03 and 0x05 do have byte tokens.
+    assert_eq!(tok.encode("\u{3}\u{5}", false).unwrap().len(), 2);
+}
+
 #[test]
 fn specials_in_text_and_skip_on_decode() {
     let Some(tok) = load_tokenizer(SMOLLM2) else {
