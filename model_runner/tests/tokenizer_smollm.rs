@@ -127,7 +127,8 @@ fn round_trips() {
     assert_eq!(tok.decode(&crab, false).unwrap(), "🦀");
 }
 
-/// SmolLM2's vocabulary has no byte token for 0x04, 0x06, 0x13, 0x14, 0x16 or 0x1D. Hugging
+/// SmolLM2's vocabulary has no byte token for 0x04, 0x06, 0x13, 0x14, 0x16 or 0x1D (nor for 0xC0,
+/// 0xC1, 0xF1, 0xF2, 0xF5..=0xFF, which only unassigned planes or invalid UTF-8 use). Hugging
 /// Face's BPE (no unknown token, no byte fallback) drops those characters, and so do we; the
 /// pre-tokenizer still splits the text around them, so "a\x04b" spells "a" and "b" apart.
 /// (Found by the detokenizer fuzz target.)
