@@ -7,44 +7,25 @@ mod common;
 
 use std::path::Path;
 
-use common::{assert_close_greedy, reference_greedy_with_top, tiny_model, varied_prompts, RefArch};
+use common::{
+    assert_close_greedy, greedy_with_logprobs, pressured_config, reference_greedy_with_top, tiny_model,
+    varied_prompt_ids, RefArch,
+};
 use entrobatch::model_runner::testing::TinyModelSpec;
-use entrobatch::{Engine, EngineConfig, GenerationParams, MatmulMode, Prompt, Request, SamplingParams};
+use entrobatch::{Engine, EngineConfig, GenerationParams, MatmulMode, Prompt, Request};
 
 const NEW_TOKENS: usize = 24;
 const TOP: usize = 5;
 
 type Steps = Vec<(u32, Vec<(u32, f32)>)>;
 
-/// Small budget and pool: long prompts arrive in chunks and sequences get preempted.
+/// 24 blocks: long prompts arrive in chunks and sequences get preempted.
 fn int8_config(path: &Path, max_num_seqs: usize) -> EngineConfig {
-    let mut config = EngineConfig::new(path);
-    config.block_size = 16;
-    config.num_blocks = Some(24);
-    config.max_num_batched_tokens = 128;
-    config.max_num_seqs = max_num_seqs;
-    config.matmul_mode = MatmulMode::Int8;
-    config
+    pressured_config(path, MatmulMode::Int8, 24, max_num_seqs)
 }
 
 fn greedy(n: usize) -> GenerationParams {
-    GenerationParams {
-        sampling: SamplingParams { logprobs: Some(TOP), ..SamplingParams::greedy() },
-        max_tokens: n,
-        ignore_eos: true,
-        ..GenerationParams::default()
-    }
-}
-
-fn tokenize(engine: &Engine) -> Vec<Vec<u32>> {
-    varied_prompts()
-        .iter()
-        .map(|p| {
-            let mut ids = engine.tokenize_prompt(&Prompt::Text(p.clone()), &greedy(1)).expect("tokenize");
-            ids.truncate(200);
-            ids
-        })
-        .collect()
+    greedy_with_logprobs(n, TOP)
 }
 
 /// Submits all prompts at once and collects each one's (token, top log-probs) steps.
@@ -68,7 +49,7 @@ fn run_all(engine: &Engine, prompts: &[Vec<u32>]) -> Vec<Steps> {
 
 fn assert_close_to_reference(path: &Path, arch: RefArch) {
     let engine = Engine::start(int8_config(path, 8)).expect("engine");
-    let prompts = tokenize(&engine);
+    let prompts = varied_prompt_ids(&engine);
     assert!(prompts.iter().any(|p| p.len() > 100), "need a long prompt to force chunking");
     let got = run_all(&engine, &prompts);
     engine.shutdown(entrobatch::ShutdownMode::Finish);
@@ -113,7 +94,7 @@ fn qwen_coder_int8_is_close_to_candle_quantized_qwen2_when_present() {
 fn smollm2_int8_request_is_bit_identical_alone_and_batched() {
     let path = common::smollm2_path();
     let engine = Engine::start(int8_config(&path, 8)).expect("engine");
-    let prompts = tokenize(&engine);
+    let prompts = varied_prompt_ids(&engine);
     let batched = run_all(&engine, &prompts);
     engine.shutdown(entrobatch::ShutdownMode::Finish);
     let engine = Engine::start(int8_config(&path, 1)).expect("engine");

@@ -5,11 +5,13 @@ mod common;
 
 use std::path::Path;
 
-use common::{assert_close_greedy, reference_greedy_with_top, tiny_model, varied_prompts, RefArch};
+use common::{
+    assert_close_greedy, greedy_with_logprobs, pressured_config, reference_greedy_with_top, tiny_model,
+    varied_prompt_ids, RefArch,
+};
 use entrobatch::model_runner::testing::TinyModelSpec;
 use entrobatch::{
     Engine, EngineConfig, EngineMetrics, Event, GenerationParams, MatmulMode, Prompt, Request,
-    SamplingParams,
 };
 
 const NEW_TOKENS: usize = 36;
@@ -19,16 +21,10 @@ const SMALL_POOL: usize = 20;
 
 type Steps = Vec<(u32, Vec<(u32, f32)>)>;
 
-/// Small budget and pool: prompts arrive in chunks and sequences get preempted.
-fn pressured_config(path: &Path, matmul_mode: MatmulMode, num_blocks: usize) -> EngineConfig {
-    let mut config = EngineConfig::new(path);
-    config.block_size = 16;
-    config.num_blocks = Some(num_blocks);
-    // Prompts above ~120 tokens arrive in chunks next to other sequences' decodes.
-    config.max_num_batched_tokens = 128;
-    config.max_num_seqs = 8;
-    config.matmul_mode = matmul_mode;
-    // Quantized mode is compared bit for bit: mirror candle-transformers' attention ops too.
+/// `common::pressured_config` with 8 sequences; quantized mode is compared bit for bit, so it
+/// mirrors candle-transformers' attention ops too.
+fn reference_config(path: &Path, matmul_mode: MatmulMode, num_blocks: usize) -> EngineConfig {
+    let mut config = pressured_config(path, matmul_mode, num_blocks, 8);
     if matmul_mode == MatmulMode::Quantized {
         config.attention_kernel = entrobatch::AttentionKernel::CandleMirror;
     }
@@ -36,12 +32,7 @@ fn pressured_config(path: &Path, matmul_mode: MatmulMode, num_blocks: usize) -> 
 }
 
 fn greedy(n: usize) -> GenerationParams {
-    GenerationParams {
-        sampling: SamplingParams { logprobs: Some(TOP), ..SamplingParams::greedy() },
-        max_tokens: n,
-        ignore_eos: true,
-        ..GenerationParams::default()
-    }
+    greedy_with_logprobs(n, TOP)
 }
 
 /// Half the prompts first; the rest once the first request is streaming (staggered arrival).
@@ -85,16 +76,8 @@ enum Expect {
 }
 
 fn assert_equivalent(path: &Path, arch: RefArch, mode: MatmulMode, num_blocks: usize, expect: Expect) {
-    let engine = Engine::start(pressured_config(path, mode, num_blocks)).expect("engine");
-    let prompts: Vec<Vec<u32>> = varied_prompts()
-        .iter()
-        .map(|p| {
-            let mut ids = engine.tokenize_prompt(&Prompt::Text(p.clone()), &greedy(1)).expect("tokenize");
-            // Byte-level tiny vocabularies make long prompts; keep every request well inside the pool.
-            ids.truncate(200);
-            ids
-        })
-        .collect();
+    let engine = Engine::start(reference_config(path, mode, num_blocks)).expect("engine");
+    let prompts = varied_prompt_ids(&engine);
     let lengths: Vec<usize> = prompts.iter().map(Vec::len).collect();
     assert!(lengths.iter().max().unwrap() > &100, "need a long prompt to force chunking: {lengths:?}");
     let got = run_staggered(&engine, &prompts, NEW_TOKENS);

@@ -110,8 +110,7 @@ impl Linear {
         let y = match (&self.int8, &self.dense_t) {
             (_, Some(w)) if rows >= self.min_dense_rows => x.matmul(w)?,
             (Some(w), _) => {
-                let values = x.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-                let y = int8_gemm::matmul(w, &values, rows).map_err(int8_err)?;
+                let y = with_f32_values(x, |values| int8_gemm::matmul(w, values, rows).map_err(int8_err))?;
                 Tensor::from_vec(y, (rows, w.out_features()), x.device())?
             }
             _ => match &self.quantized {
@@ -124,6 +123,19 @@ impl Linear {
             None => y,
         })
     }
+}
+
+/// Runs `f` on `x`'s values as one f32 slice: borrowed from a contiguous CPU tensor (every
+/// projection input on the hot path), copied otherwise.
+fn with_f32_values<R>(x: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
+    let x = x.to_dtype(candle_core::DType::F32)?;
+    {
+        let (storage, layout) = x.storage_and_layout();
+        if let (candle_core::Storage::Cpu(cpu), Some((start, end))) = (&*storage, layout.contiguous_offsets()) {
+            return f(&cpu.as_slice::<f32>()?[start..end]);
+        }
+    }
+    f(&x.flatten_all()?.to_vec1::<f32>()?)
 }
 
 fn int8_err(e: int8_gemm::Int8GemmError) -> ModelError {

@@ -8,6 +8,7 @@ use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
 use candle_transformers::models::{quantized_llama, quantized_qwen2};
 use entrobatch::model_runner::testing::{write_tiny_gguf, TinyModelSpec};
+use entrobatch::{Engine, EngineConfig, GenerationParams, MatmulMode, Prompt, SamplingParams};
 
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -179,4 +180,39 @@ pub fn assert_close_greedy(
         return Some(i);
     }
     None
+}
+
+/// A small token budget and KV pool of 16-token blocks: prompts above ~120 tokens arrive in
+/// chunks next to other sequences' decodes, and sequences preempt each other.
+pub fn pressured_config(path: &Path, matmul_mode: MatmulMode, num_blocks: usize, max_num_seqs: usize) -> EngineConfig {
+    let mut config = EngineConfig::new(path);
+    config.block_size = 16;
+    config.num_blocks = Some(num_blocks);
+    config.max_num_batched_tokens = 128;
+    config.max_num_seqs = max_num_seqs;
+    config.matmul_mode = matmul_mode;
+    config
+}
+
+/// Greedy, ignoring EOS, with the top `top` log-probabilities of every step.
+pub fn greedy_with_logprobs(max_tokens: usize, top: usize) -> GenerationParams {
+    GenerationParams {
+        sampling: SamplingParams { logprobs: Some(top), ..SamplingParams::greedy() },
+        max_tokens,
+        ignore_eos: true,
+        ..GenerationParams::default()
+    }
+}
+
+/// `varied_prompts()` tokenized by `engine`, each cut to 200 tokens: byte-level tiny
+/// vocabularies make long prompts, and every request must stay well inside a small pool.
+pub fn varied_prompt_ids(engine: &Engine) -> Vec<Vec<u32>> {
+    varied_prompts()
+        .iter()
+        .map(|p| {
+            let mut ids = engine.tokenize_prompt(&Prompt::Text(p.clone()), &GenerationParams::default()).expect("tokenize");
+            ids.truncate(200);
+            ids
+        })
+        .collect()
 }

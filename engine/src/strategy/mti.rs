@@ -88,8 +88,6 @@ pub struct MtiStrategy {
     threshold: f32,
     scale: f32,
     negative: Vec<u32>,
-    /// Every row triggers (tau < 0): the unconditional rows always ride with the decode row.
-    always: bool,
     /// After a guided token, run the next token's unconditional rows with its decode row.
     predict: bool,
     /// Whether the next decode row brings its unconditional rows along.
@@ -105,18 +103,19 @@ impl MtiStrategy {
     /// `negative` must be non-empty unless the config is inactive.
     pub fn new(config: &MtiConfig, negative: Vec<u32>) -> Self {
         let active = config.is_active() && !negative.is_empty();
-        Self {
+        let mut strategy = Self {
             threshold: config.entropy_threshold,
             scale: if active { config.guidance_scale } else { 1.0 },
-            always: active && config.entropy_threshold < 0.0,
             predict: true,
-            fuse_next: active && config.entropy_threshold < 0.0,
+            fuse_next: false,
             negative,
             pending: None,
             scratch_this_step: 0,
             tokens: 0,
             triggered: 0,
-        }
+        };
+        strategy.fuse_next = strategy.always_triggers();
+        strategy
     }
 
     pub fn build(config: &MtiConfig, tokenizer: &entrobatch_model_runner::GgufTokenizer) -> Result<Self, String> {
@@ -132,6 +131,11 @@ impl MtiStrategy {
 
     fn active(&self) -> bool {
         self.scale != 1.0
+    }
+
+    /// Every row triggers (tau < 0): the unconditional rows always ride with the decode row.
+    fn always_triggers(&self) -> bool {
+        self.active() && self.threshold < 0.0
     }
 }
 
@@ -204,7 +208,7 @@ impl SequenceStrategy for MtiStrategy {
         };
         self.tokens += 1;
         self.triggered += u64::from(triggered);
-        self.fuse_next = self.always || (self.predict && triggered);
+        self.fuse_next = self.always_triggers() || (self.predict && triggered);
         let ln2 = std::f32::consts::LN_2;
         let metrics = TokenMetrics {
             entropy: pending.entropy / ln2,
@@ -222,7 +226,7 @@ impl SequenceStrategy for MtiStrategy {
         // The sequence recomputes and resamples its last row; the kept row is stale.
         self.pending = None;
         self.scratch_this_step = 0;
-        self.fuse_next = self.always;
+        self.fuse_next = self.always_triggers();
     }
 
     fn summary(&self) -> Option<serde_json::Value> {
