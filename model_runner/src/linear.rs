@@ -118,6 +118,32 @@ impl Linear {
                 None => return Err(ModelError::Unsupported("linear layer without a weight for this step".into())),
             },
         };
+        self.add_bias(y)
+    }
+
+    /// `forward` of several projections of the same input (a layer's q/k/v, its gate/up).
+    /// Where all of them take the int8 kernel for this step, the input is quantized once and
+    /// their columns share one parallel pass; each result is bit-identical to its `forward`.
+    pub fn forward_many<const N: usize>(linears: [&Linear; N], x: &Tensor) -> Result<[Tensor; N]> {
+        let rows = x.dim(0)?;
+        let packed: Option<Vec<&PackedWeight>> = linears
+            .iter()
+            .map(|l| l.int8.as_ref().filter(|_| l.dense_t.is_none() || rows < l.min_dense_rows))
+            .collect();
+        let ys: Vec<Tensor> = match packed {
+            None => linears.iter().map(|l| l.forward(x)).collect::<Result<_>>()?,
+            Some(weights) => {
+                let ys = with_f32_values(x, |v| int8_gemm::matmul_many(&weights, v, rows).map_err(int8_err))?;
+                let shaped = linears.iter().zip(weights.iter().zip(ys));
+                shaped
+                    .map(|(l, (w, y))| l.add_bias(Tensor::from_vec(y, (rows, w.out_features()), x.device())?))
+                    .collect::<Result<_>>()?
+            }
+        };
+        ys.try_into().map_err(|_| ModelError::Unsupported("projection count changed".into()))
+    }
+
+    fn add_bias(&self, y: Tensor) -> Result<Tensor> {
         Ok(match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,

@@ -149,9 +149,10 @@ impl Model {
         let last_layer = self.layers.len().saturating_sub(1);
         for (l, layer) in self.layers.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
-            let mut q = to_vec(&head_rms_norm(layer.wq.forward(&h)?, layer.q_norm.as_ref(), cfg.head_dim, eps)?)?;
-            let mut k = to_vec(&head_rms_norm(layer.wk.forward(&h)?, layer.k_norm.as_ref(), cfg.head_dim, eps)?)?;
-            let v = to_vec(&layer.wv.forward(&h)?)?;
+            let [q, k, v] = Linear::forward_many([&layer.wq, &layer.wk, &layer.wv], &h)?;
+            let mut q = to_vec(&head_rms_norm(q, layer.q_norm.as_ref(), cfg.head_dim, eps)?)?;
+            let mut k = to_vec(&head_rms_norm(k, layer.k_norm.as_ref(), cfg.head_dim, eps)?)?;
+            let v = to_vec(&v)?;
             self.rope.apply(&mut q, cfg.num_heads, &batch.positions);
             self.rope.apply(&mut k, cfg.num_kv_heads, &batch.positions);
             cache.store(l, &batch.slot_mapping, &k, &v);
@@ -167,8 +168,8 @@ impl Model {
             let attn = Tensor::from_vec(attn, (rows, cfg.num_heads * cfg.head_dim), &self.device)?;
             x = (x + layer.wo.forward(&attn)?)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
-            let gate = candle_nn::ops::silu(&layer.w_gate.forward(&h)?)?;
-            let up = layer.w_up.forward(&h)?;
+            let [gate, up] = Linear::forward_many([&layer.w_gate, &layer.w_up], &h)?;
+            let gate = candle_nn::ops::silu(&gate)?;
             x = (x + layer.w_down.forward(&(gate * up)?)?)?;
         }
         let logits = if batch.logits_rows.is_empty() {

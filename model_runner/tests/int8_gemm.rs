@@ -3,7 +3,7 @@
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
-use entrobatch_model_runner::int8_gemm::{matmul, matmul_with, Backend, Int8GemmError, PackedWeight};
+use entrobatch_model_runner::int8_gemm::{matmul, matmul_many, matmul_with, Backend, Int8GemmError, PackedWeight};
 
 /// Deterministic pseudo-random values in [-1, 1) (xorshift), with occasional outliers so
 /// block scales vary a lot, as real activations do.
@@ -26,13 +26,13 @@ fn quantized(dtype: GgmlDType, n: usize, k: usize, seed: u64) -> QTensor {
 }
 
 /// Activations as the kernel sees them, re-derived independently: per 32-block
-/// `d = max|x| / 127`, `q = round(x / d)`.
+/// `d = max|x| / 127`, `q = round(x / d)` (ties to even).
 fn q8_rounded(x: &[f32]) -> Vec<f32> {
     let mut out = Vec::with_capacity(x.len());
     for b in x.chunks(32) {
         let d = b.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0;
         let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-        out.extend(b.iter().map(|v| (v * id).round() * d));
+        out.extend(b.iter().map(|v| (v * id).round_ties_even() * d));
     }
     out
 }
@@ -178,4 +178,29 @@ fn rows_are_bit_identical_alone_and_inside_a_batch() {
             batch[5 * n..9 * n].iter().map(|v| v.to_bits()).collect::<Vec<_>>()
         );
     }
+}
+
+/// Projections of one input fused into one call (q/k/v, gate/up) give each weight's own bits,
+/// on the single-threaded path (one row) and the parallel one (37 rows).
+#[test]
+fn fused_projections_match_separate_calls() {
+    let k = 512;
+    let weights: Vec<PackedWeight> = [(GgmlDType::Q4_1, 70), (GgmlDType::Q8_0, 12), (GgmlDType::Q4K, 36)]
+        .iter()
+        .enumerate()
+        .map(|(i, &(dtype, n))| PackedWeight::from_qtensor(&quantized(dtype, n, k, 20 + i as u64)).unwrap().unwrap())
+        .collect();
+    let refs: Vec<&PackedWeight> = weights.iter().collect();
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for rows in [1, 37] {
+        let x = values(rows * k, 21);
+        let fused = matmul_many(&refs, &x, rows).unwrap();
+        assert_eq!(fused.len(), weights.len());
+        for (w, y) in weights.iter().zip(&fused) {
+            assert_eq!(bits(y), bits(&matmul(w, &x, rows).unwrap()), "rows {rows}, n {}", w.out_features());
+        }
+    }
+    let narrow = PackedWeight::from_qtensor(&quantized(GgmlDType::Q4_1, 8, 64, 22)).unwrap().unwrap();
+    let err = matmul_many(&[&weights[0], &narrow], &values(k, 23), 1).unwrap_err();
+    assert_eq!(err, Int8GemmError::ShapeMismatch { rows: 1, cols: 64, got: k });
 }

@@ -46,18 +46,123 @@ pub fn quantize_rows(x: &[f32], rows: usize, in_features: usize) -> QuantizedRow
         .zip(quants.chunks_exact_mut(BLOCK))
         .zip(scales.iter_mut().zip(sums.iter_mut()))
     {
-        let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-        let mut sum = 0i32;
-        for (q, &v) in qb.iter_mut().zip(xb) {
-            // `as i8` saturates (and maps NaN to 0); |v * id| <= 127 up to rounding anyway.
-            let r = (v * id).round().clamp(-127.0, 127.0) as i8;
-            *q = r;
-            sum += r as i32;
-        }
+        let (d, sum) = simd::quantize_block(xb, qb);
         *d_out = d;
         *s_out = d * sum as f32;
     }
     QuantizedRows { in_features, blocks, quants, scales, sums }
+}
+
+/// One block: returns its scale and the sum of its quants. Rounding is to nearest, ties to
+/// even (what the vector unit does), and NaN quantizes to 0.
+fn quantize_block(xb: &[f32], qb: &mut [i8]) -> (f32, i32) {
+    let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let mut sum = 0i32;
+    for (q, &v) in qb.iter_mut().zip(xb) {
+        // `as i8` maps NaN to 0; |v * id| <= 127 up to rounding anyway.
+        let r = (v * id).round_ties_even().clamp(-127.0, 127.0) as i8;
+        *q = r;
+        sum += r as i32;
+    }
+    (d, sum)
+}
+
+/// The AVX2 version of `quantize_block`, bit-identical to it (max is exact in any order, and
+/// each quant is the same multiply and round).
+mod simd {
+    pub(super) fn available() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            is_x86_feature_detected!("avx2")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
+    /// Falls back to the scalar version without AVX2 or for blocks of another length.
+    pub(super) fn quantize_block(xb: &[f32], qb: &mut [i8]) -> (f32, i32) {
+        #[cfg(target_arch = "x86_64")]
+        if xb.len() == super::BLOCK && qb.len() == super::BLOCK && available() {
+            // SAFETY: AVX2 is present and both slices hold exactly the 32 elements read/written.
+            return unsafe { imp::quantize_block(xb, qb) };
+        }
+        super::quantize_block(xb, qb)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    mod imp {
+        use std::arch::x86_64::*;
+
+        #[target_feature(enable = "avx2")]
+        pub(super) unsafe fn quantize_block(xb: &[f32], qb: &mut [i8]) -> (f32, i32) {
+            let p = xb.as_ptr();
+            let v = [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))];
+            let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+            // `max(a, acc)` returns `acc` when `a` is NaN, so NaN is skipped as `f32::max` does.
+            let mut m = _mm256_setzero_ps();
+            for x in v {
+                m = _mm256_max_ps(_mm256_and_ps(x, abs), m);
+            }
+            let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+            let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+            let d = amax / 127.0;
+            let id = _mm256_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+            let (lo, hi) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0));
+            let mut q = [_mm256_setzero_si256(); 4];
+            for (qi, x) in q.iter_mut().zip(v) {
+                let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, id));
+                let r = _mm256_and_ps(r, _mm256_cmp_ps::<_CMP_ORD_Q>(r, r));
+                *qi = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
+            }
+            let s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+            let s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+            let sum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32::<1>(s2)));
+            // Packing works within 128-bit lanes; the permute restores element order.
+            let packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            let ordered = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256(qb.as_mut_ptr() as *mut __m256i, ordered);
+            (d, sum)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn both(x: &[f32; BLOCK]) {
+        let (mut qs, mut qv) = ([0i8; BLOCK], [0i8; BLOCK]);
+        let scalar = quantize_block(x, &mut qs);
+        let vector = simd::quantize_block(x, &mut qv);
+        assert_eq!(scalar.0.to_bits(), vector.0.to_bits(), "scale of {x:?}");
+        assert_eq!((scalar.1, qs), (vector.1, qv), "quants of {x:?}");
+    }
+
+    #[test]
+    fn vector_quantization_is_bit_identical_to_scalar() {
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..500 {
+            let x: [f32; BLOCK] = std::array::from_fn(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 20) as f32 - 8.0
+            });
+            both(&x);
+        }
+        // Exact ties (x / d = k + 0.5 with d = 1), zeros, signed zeros, NaN and infinities.
+        let ties: [f32; BLOCK] = std::array::from_fn(|i| if i == 0 { 127.0 } else { i as f32 - 15.5 });
+        both(&ties);
+        both(&[0.0; BLOCK]);
+        both(&std::array::from_fn(|i| if i % 2 == 0 { -0.0 } else { 0.0 }));
+        both(&std::array::from_fn(|i| if i == 3 { f32::NAN } else { i as f32 }));
+        both(&std::array::from_fn(|i| if i == 7 { f32::INFINITY } else { -(i as f32) }));
+        both(&std::array::from_fn(|i| if i == 9 { f32::NEG_INFINITY } else { f32::NAN }));
+    }
 }

@@ -1,4 +1,4 @@
-//! The AVX2 microkernel: a tile of up to 3 rows x one 4-column panel, 12 f32x8 accumulators.
+//! The AVX2 microkernel: a tile of 2 or 3 rows x one 4-column panel, one f32x8 accumulator each.
 //!
 //! Each block step loads the panel's 4 weight vectors once and reuses them for every row of
 //! the tile (the point of batching: weight decoding is amortised over rows). Products use
@@ -51,20 +51,22 @@ pub(crate) fn tile(
     }
     #[cfg(target_arch = "x86_64")]
     {
-        scratch.resize(nb * 3 * PANEL, 0.0);
+        // Q4-style weights carry a min accumulator per row, so their tiles are 2 rows (8 + 2
+        // accumulators); signed weights have none and fit 3 rows (12) in the 16 registers.
+        let tile_rows = if panel.kind == QuantKind::Signed { 3 } else { 2 };
+        scratch.resize(nb * tile_rows * PANEL, 0.0);
         let sc = scratch.as_mut_slice();
         let mut r = 0;
         while r < rows {
-            let n = (rows - r).min(3);
+            let n = (rows - r).min(tile_rows);
             let o = &mut out[r * PANEL..(r + n) * PANEL];
             // SAFETY: `available()` confirmed AVX2 and FMA, and `valid` bounds every pointer
             // offset the kernel forms (rows `row0 + r .. + n`, blocks `0..nb`, panel `0..4`),
-            // and `sc` was just resized to the `nb * 3 * PANEL` scale products a tile writes.
+            // and `sc` was just resized to the `nb * n * PANEL` scale products a tile writes.
             unsafe {
                 match (panel.kind, n) {
                     (QuantKind::Unsigned, 1) => imp::tile_n::<1, false>(panel, act, row0 + r, o, sc),
-                    (QuantKind::Unsigned, 2) => imp::tile_n::<2, false>(panel, act, row0 + r, o, sc),
-                    (QuantKind::Unsigned, _) => imp::tile_n::<3, false>(panel, act, row0 + r, o, sc),
+                    (QuantKind::Unsigned, _) => imp::tile_n::<2, false>(panel, act, row0 + r, o, sc),
                     (QuantKind::Signed, 1) => imp::tile_n::<1, true>(panel, act, row0 + r, o, sc),
                     (QuantKind::Signed, 2) => imp::tile_n::<2, true>(panel, act, row0 + r, o, sc),
                     (QuantKind::Signed, _) => imp::tile_n::<3, true>(panel, act, row0 + r, o, sc),
@@ -80,7 +82,6 @@ mod imp {
     use std::arch::x86_64::*;
 
     use super::super::activation::QuantizedRows;
-    use super::super::lane_tree_sum;
     use super::super::pack::Panel;
     use super::{BLOCK, PANEL};
 
@@ -110,10 +111,14 @@ mod imp {
         }
         let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); PANEL]; R];
+        // Min term `sum_b s[r,b] * m[c,b]` for the panel's 4 columns: the scalar kernel's fma
+        // chain in the same block order, run inside the main loop so its latency is hidden.
+        let mut min_acc = [_mm_setzero_ps(); R];
+        let sums = act.sums.as_ptr().add(row0 * nb);
         let wq = panel.quants.as_ptr();
         // Columns outer, rows inner: one weight register serves the tile's rows while the
         // activations come straight from L1 as memory operands, which leaves the 16 vector
-        // registers to the 12 accumulators without spills.
+        // registers to the accumulators without spills.
         for b in 0..nb {
             let wb = wq.add(b * PANEL * BLOCK);
             let sb = sc.add(b * R * PANEL);
@@ -129,27 +134,29 @@ mod imp {
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[r][c]);
                 }
             }
-        }
-        for r in 0..R {
-            for c in 0..PANEL {
-                let mut lanes = [0.0f32; 8];
-                _mm256_storeu_ps(lanes.as_mut_ptr(), acc[r][c]);
-                out[r * PANEL + c] = lane_tree_sum(&lanes);
-            }
             if !SIGNED {
-                // Min term, lanes = the panel's 4 columns: the same fma chain as the scalar kernel.
-                let sums = act.sums.as_ptr().add((row0 + r) * nb);
-                let mins = panel.mins.as_ptr();
-                let mut m = _mm_setzero_ps();
-                for b in 0..nb {
-                    m = _mm_fmadd_ps(_mm_set1_ps(*sums.add(b)), _mm_loadu_ps(mins.add(b * PANEL)), m);
-                }
-                let mut mt = [0.0f32; PANEL];
-                _mm_storeu_ps(mt.as_mut_ptr(), m);
-                for c in 0..PANEL {
-                    out[r * PANEL + c] += mt[c];
+                let mins = _mm_loadu_ps(panel.mins.as_ptr().add(b * PANEL));
+                for r in 0..R {
+                    min_acc[r] = _mm_fmadd_ps(_mm_set1_ps(*sums.add(r * nb + b)), mins, min_acc[r]);
                 }
             }
+        }
+        // The lane tree of `lane_tree_sum` for all 4 columns at once: halves added, then a
+        // 4x4 transpose puts lane `l` of every column in vector `e[l]`.
+        for r in 0..R {
+            let mut t = [_mm_setzero_ps(); PANEL];
+            for c in 0..PANEL {
+                t[c] = _mm_add_ps(_mm256_castps256_ps128(acc[r][c]), _mm256_extractf128_ps::<1>(acc[r][c]));
+            }
+            let (u0, u1) = (_mm_unpacklo_ps(t[0], t[1]), _mm_unpackhi_ps(t[0], t[1]));
+            let (u2, u3) = (_mm_unpacklo_ps(t[2], t[3]), _mm_unpackhi_ps(t[2], t[3]));
+            let (e0, e1) = (_mm_movelh_ps(u0, u2), _mm_movehl_ps(u2, u0));
+            let (e2, e3) = (_mm_movelh_ps(u1, u3), _mm_movehl_ps(u3, u1));
+            let mut y = _mm_add_ps(_mm_add_ps(e0, e2), _mm_add_ps(e1, e3));
+            if !SIGNED {
+                y = _mm_add_ps(y, min_acc[r]);
+            }
+            _mm_storeu_ps(out.as_mut_ptr().add(r * PANEL), y);
         }
     }
 }

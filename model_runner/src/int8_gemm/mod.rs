@@ -31,8 +31,9 @@ use thiserror::Error;
 pub const BLOCK: usize = 32;
 /// Output columns interleaved per panel: one microkernel tile covers the whole panel.
 pub const PANEL: usize = 4;
-/// Rows per microkernel tile: 3 rows x 4 columns = 12 accumulators of the 16 AVX2 registers.
-const TILE_ROWS: usize = 3;
+/// Below this many multiply-adds a call runs on the calling thread: waking the pool costs
+/// more than the work (a batch-1 k/v projection is about 0.1M).
+const PARALLEL_FROM_MACS: usize = 1 << 19;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum Int8GemmError {
@@ -65,48 +66,90 @@ pub fn matmul_with(
     rows: usize,
     backend: Backend,
 ) -> Result<Vec<f32>, Int8GemmError> {
-    let (n, k) = (weight.out_features(), weight.in_features());
-    if x.len() != rows * k {
-        return Err(Int8GemmError::ShapeMismatch { rows, cols: k, got: x.len() });
+    Ok(matmul_many_with(&[weight], x, rows, backend)?.pop().unwrap_or_default())
+}
+
+/// `y_i = x W_i^T` for weights sharing one input (a layer's q/k/v, its gate/up): the rows are
+/// quantized once and every weight's panels go through one parallel pass. Each output is
+/// bit-identical to `matmul` of its weight alone.
+pub fn matmul_many(weights: &[&PackedWeight], x: &[f32], rows: usize) -> Result<Vec<Vec<f32>>, Int8GemmError> {
+    matmul_many_with(weights, x, rows, Backend::Auto)
+}
+
+pub fn matmul_many_with(
+    weights: &[&PackedWeight],
+    x: &[f32],
+    rows: usize,
+    backend: Backend,
+) -> Result<Vec<Vec<f32>>, Int8GemmError> {
+    let Some(first) = weights.first() else { return Ok(Vec::new()) };
+    let k = first.in_features();
+    for w in weights {
+        if x.len() != rows * w.in_features() {
+            return Err(Int8GemmError::ShapeMismatch { rows, cols: w.in_features(), got: x.len() });
+        }
     }
-    if rows == 0 || n == 0 {
-        return Ok(vec![0.0; rows * n]);
+    let mut outputs: Vec<Vec<f32>> = weights.iter().map(|w| vec![0.0f32; rows * w.out_features()]).collect();
+    let total_panels: usize = weights.iter().map(|w| w.num_panels()).sum();
+    if rows == 0 || total_panels == 0 {
+        return Ok(outputs);
     }
     let act = quantize_rows(x, rows, k);
     let use_avx2 = backend == Backend::Auto && kernel_avx2::available();
-    let panels = weight.num_panels();
-    // About four tasks per thread balances the two cores without tiny tasks; each task owns a
-    // contiguous run of panels, so its output slice is disjoint from every other task's.
-    let per_task = panels.div_ceil(4 * rayon::current_num_threads().max(1)).max(1);
-    // Panel-major scratch `[panel][row][PANEL]`, scattered to row-major `y` afterwards.
-    let mut tmp = vec![0.0f32; panels * rows * PANEL];
-    tmp.par_chunks_mut(per_task * rows * PANEL).enumerate().for_each(|(task, chunk)| {
+    let macs = rows * k * total_panels * PANEL;
+    let threads = if macs < PARALLEL_FROM_MACS { 1 } else { rayon::current_num_threads().max(1) };
+    // About four tasks per thread balances the two cores without tiny tasks; a task is a run
+    // of one weight's panels, so the columns it writes belong to it alone.
+    let per_task = total_panels.div_ceil(4 * threads).max(1);
+    let tasks: Vec<(usize, usize)> = weights
+        .iter()
+        .enumerate()
+        .flat_map(|(i, w)| (0..w.num_panels()).step_by(per_task).map(move |p| (i, p)))
+        .collect();
+    let targets: Vec<Output> = outputs.iter_mut().map(|y| Output(y.as_mut_ptr())).collect();
+    let run = |&(i, first_panel): &(usize, usize)| {
+        let (weight, y) = (weights[i], targets[i]);
+        let n = weight.out_features();
+        let mut tile = vec![0.0f32; rows * PANEL];
         let mut scratch = Vec::new();
-        for (i, out) in chunk.chunks_mut(rows * PANEL).enumerate() {
-            let panel = weight.panel(task * per_task + i);
+        for p in first_panel..(first_panel + per_task).min(weight.num_panels()) {
+            let panel = weight.panel(p);
             // The panel's weights stay in L1 while every row tile streams past them.
-            let mut row0 = 0;
-            while row0 < rows {
-                let tile = (rows - row0).min(TILE_ROWS);
-                let out = &mut out[row0 * PANEL..(row0 + tile) * PANEL];
-                if use_avx2 {
-                    kernel_avx2::tile(&panel, &act, row0, tile, out, &mut scratch);
-                } else {
-                    kernel_scalar::tile(&panel, &act, row0, tile, out);
-                }
-                row0 += tile;
+            if use_avx2 {
+                kernel_avx2::tile(&panel, &act, 0, rows, &mut tile, &mut scratch);
+            } else {
+                kernel_scalar::tile(&panel, &act, 0, rows, &mut tile);
+            }
+            let cols = PANEL.min(n - p * PANEL);
+            for r in 0..rows {
+                // SAFETY: `y` points at a live `rows * n` buffer (`outputs[i]`, untouched until
+                // every task is done), `r * n + p * PANEL + cols <= rows * n`, and panel `p` of
+                // weight `i` belongs to this task alone, so no two tasks write the same element.
+                unsafe { std::ptr::copy_nonoverlapping(tile[r * PANEL..].as_ptr(), y.at(r * n + p * PANEL), cols) };
             }
         }
-    });
-    let mut y = vec![0.0f32; rows * n];
-    for (p, block) in tmp.chunks(rows * PANEL).enumerate() {
-        for r in 0..rows {
-            for c in 0..PANEL.min(n - p * PANEL) {
-                y[r * n + p * PANEL + c] = block[r * PANEL + c];
-            }
-        }
+    };
+    if threads == 1 {
+        tasks.iter().for_each(run);
+    } else {
+        tasks.par_iter().for_each(run);
     }
-    Ok(y)
+    Ok(outputs)
+}
+
+/// An output buffer shared by the tasks of one call, each writing its own columns.
+#[derive(Clone, Copy)]
+struct Output(*mut f32);
+
+// SAFETY: tasks write disjoint elements (see `matmul_many_with`) and the buffer outlives them.
+unsafe impl Send for Output {}
+unsafe impl Sync for Output {}
+
+impl Output {
+    /// A method, so closures capture the `Sync` wrapper rather than its raw-pointer field.
+    fn at(self, offset: usize) -> *mut f32 {
+        self.0.wrapping_add(offset)
+    }
 }
 
 /// Sums 8 lane accumulators in the tree the AVX2 kernel uses (halves, then pairs, then the
