@@ -1,5 +1,6 @@
 //! Decoding GGML block formats into the kernel's uniform 32-element block:
-//! `w = d * q + m` with integer quants `q` (unsigned, `0..=31`) or `w = d * q` (signed `i8`).
+//! `w = d * q + m` with integer quants `q` (unsigned, `0..=15` or `0..=31`) or `w = d * q`
+//! (signed `i8`).
 //!
 //! Every supported format maps exactly (no re-quantization): the f16 scales widen to f32 and
 //! Q4_K's 6-bit sub-block scales multiply into them without rounding (11 + 6 bits fit in f32's
@@ -30,12 +31,12 @@ pub(crate) struct Format {
 /// The formats the kernel supports, or `None` (the caller falls back to candle's kernels).
 pub(crate) fn format_of(dtype: GgmlDType) -> Option<Format> {
     let (kind, block_elems, block_bytes) = match dtype {
-        GgmlDType::Q4_0 => (QuantKind::Unsigned, 32, 18),
-        GgmlDType::Q4_1 => (QuantKind::Unsigned, 32, 20),
+        GgmlDType::Q4_0 => (QuantKind::Nibble, 32, 18),
+        GgmlDType::Q4_1 => (QuantKind::Nibble, 32, 20),
         GgmlDType::Q5_0 => (QuantKind::Unsigned, 32, 22),
         GgmlDType::Q5_1 => (QuantKind::Unsigned, 32, 24),
         GgmlDType::Q8_0 => (QuantKind::Signed, 32, 34),
-        GgmlDType::Q4K => (QuantKind::Unsigned, 256, 144),
+        GgmlDType::Q4K => (QuantKind::Nibble, 256, 144),
         _ => return None,
     };
     // Guard against a candle version whose block layout differs from the one decoded here.

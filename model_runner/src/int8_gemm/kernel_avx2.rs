@@ -3,7 +3,8 @@
 //! Each block step loads the panel's 4 weight vectors once and reuses them for every row of
 //! the tile (the point of batching: weight decoding is amortised over rows). Products use
 //! `_mm256_maddubs_epi16` (u8 x i8 -> pairwise i16 sums) and `_mm256_madd_epi16` with ones
-//! (-> i32 sums of 4). Neither can saturate: unsigned quants are at most 31 (2*31*127 < 32767),
+//! (-> i32 sums of 4); 4-bit quants are unpacked from their shared bytes with a shift and a
+//! mask. Neither product can saturate: unsigned quants are at most 31 (2*31*127 < 32767),
 //! and signed Q8_0 weights go through the sign trick (`|w|` as u8 times `x` with `w`'s sign)
 //! where `|w| <= 128` and `|x| <= 127` give at most 2*128*127 = 32512. So the integer part is
 //! exact and every f32 operation matches `kernel_scalar.rs` one for one.
@@ -39,7 +40,7 @@ pub(crate) fn tile(
     let nb = panel.blocks;
     let valid = act.blocks == nb
         && act.in_features == nb * BLOCK
-        && panel.quants.len() == nb * PANEL * BLOCK
+        && panel.quants.len() == nb * panel.kind.panel_block_bytes()
         && panel.scales.len() == nb * PANEL
         && (panel.kind == QuantKind::Signed || panel.mins.len() == nb * PANEL)
         && row0 + rows <= act.rows()
@@ -65,11 +66,13 @@ pub(crate) fn tile(
             // and `sc` was just resized to the `nb * n * PANEL` scale products a tile writes.
             unsafe {
                 match (panel.kind, n) {
-                    (QuantKind::Unsigned, 1) => imp::tile_n::<1, false>(panel, act, row0 + r, o, sc),
-                    (QuantKind::Unsigned, _) => imp::tile_n::<2, false>(panel, act, row0 + r, o, sc),
-                    (QuantKind::Signed, 1) => imp::tile_n::<1, true>(panel, act, row0 + r, o, sc),
-                    (QuantKind::Signed, 2) => imp::tile_n::<2, true>(panel, act, row0 + r, o, sc),
-                    (QuantKind::Signed, _) => imp::tile_n::<3, true>(panel, act, row0 + r, o, sc),
+                    (QuantKind::Unsigned, 1) => imp::tile_n::<1, false, false>(panel, act, row0 + r, o, sc),
+                    (QuantKind::Unsigned, _) => imp::tile_n::<2, false, false>(panel, act, row0 + r, o, sc),
+                    (QuantKind::Nibble, 1) => imp::tile_n::<1, false, true>(panel, act, row0 + r, o, sc),
+                    (QuantKind::Nibble, _) => imp::tile_n::<2, false, true>(panel, act, row0 + r, o, sc),
+                    (QuantKind::Signed, 1) => imp::tile_n::<1, true, false>(panel, act, row0 + r, o, sc),
+                    (QuantKind::Signed, 2) => imp::tile_n::<2, true, false>(panel, act, row0 + r, o, sc),
+                    (QuantKind::Signed, _) => imp::tile_n::<3, true, false>(panel, act, row0 + r, o, sc),
                 }
             }
             r += n;
@@ -88,7 +91,7 @@ mod imp {
     /// Caller guarantees AVX2+FMA, the bounds checked in `tile` for rows `row0..row0 + R`,
     /// and `scales.len() >= nb * R * PANEL`.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn tile_n<const R: usize, const SIGNED: bool>(
+    pub(super) unsafe fn tile_n<const R: usize, const SIGNED: bool, const NIBBLE: bool>(
         panel: &Panel<'_>,
         act: &QuantizedRows,
         row0: usize,
@@ -116,14 +119,22 @@ mod imp {
         let mut min_acc = [_mm_setzero_ps(); R];
         let sums = act.sums.as_ptr().add(row0 * nb);
         let wq = panel.quants.as_ptr();
+        let low_nibbles = _mm256_set1_epi8(0x0F);
         // Columns outer, rows inner: one weight register serves the tile's rows while the
         // activations come straight from L1 as memory operands, which leaves the 16 vector
         // registers to the accumulators without spills.
         for b in 0..nb {
-            let wb = wq.add(b * PANEL * BLOCK);
+            let wb = wq.add(b * if NIBBLE { PANEL / 2 } else { PANEL } * BLOCK);
             let sb = sc.add(b * R * PANEL);
             for c in 0..PANEL {
-                let w = _mm256_loadu_si256(wb.add(c * BLOCK) as *const __m256i);
+                let w = if NIBBLE {
+                    // Columns 2p and 2p+1 share a load (the unrolled loop reuses it).
+                    let pair = _mm256_loadu_si256(wb.add(c / 2 * BLOCK) as *const __m256i);
+                    let shifted = if c % 2 == 0 { pair } else { _mm256_srli_epi16::<4>(pair) };
+                    _mm256_and_si256(shifted, low_nibbles)
+                } else {
+                    _mm256_loadu_si256(wb.add(c * BLOCK) as *const __m256i)
+                };
                 // Signed weights: |w| as the unsigned operand, w's sign moved onto the activations.
                 let wu = if SIGNED { _mm256_abs_epi8(w) } else { w };
                 for r in 0..R {

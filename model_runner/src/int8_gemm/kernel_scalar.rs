@@ -19,23 +19,18 @@ pub(crate) fn tile(panel: &Panel<'_>, act: &QuantizedRows, row0: usize, rows: us
             let mut acc = [0.0f32; 8];
             for b in 0..nb {
                 let at = b * PANEL + c;
-                let w = &panel.quants[at * BLOCK..(at + 1) * BLOCK];
                 let x = &act.quants[row * k + b * BLOCK..row * k + (b + 1) * BLOCK];
                 let scale = panel.scales[at] * act.scales[row * nb + b];
                 for (l, lane) in acc.iter_mut().enumerate() {
                     let mut dot = 0i32;
                     for j in 4 * l..4 * l + 4 {
-                        let wq = match panel.kind {
-                            QuantKind::Unsigned => w[j] as i32,
-                            QuantKind::Signed => w[j] as i8 as i32,
-                        };
-                        dot += wq * x[j] as i32;
+                        dot += panel.quant(b, c, j) * x[j] as i32;
                     }
                     *lane = (dot as f32).mul_add(scale, *lane);
                 }
             }
             let mut y = lane_tree_sum(&acc);
-            if panel.kind == QuantKind::Unsigned {
+            if panel.kind != QuantKind::Signed {
                 let mut min_term = 0.0f32;
                 for b in 0..nb {
                     min_term = act.sums[row * nb + b].mul_add(panel.mins[b * PANEL + c], min_term);

@@ -2,7 +2,10 @@
 //!
 //! Output columns (weight rows) are grouped in panels of `PANEL`; within a panel, block `b`
 //! stores the 32 quants of each of the panel's columns back to back, so one tile step loads
-//! `PANEL` consecutive 32-byte vectors. Scales and mins are `[panel][block][PANEL]` f32.
+//! `PANEL` consecutive 32-byte vectors. 4-bit quants (`Nibble`) share bytes between column
+//! pairs: byte `j` of pair `p` holds column `2p`'s quant `j` in its low nibble and column
+//! `2p + 1`'s in its high one, which halves the bytes a decode step streams from memory.
+//! Scales and mins are `[panel][block][PANEL]` f32.
 //! The last panel is padded with zero columns (zero quants, scales and mins).
 
 use candle_core::quantized::QTensor;
@@ -15,8 +18,10 @@ use super::{Int8GemmError, BLOCK, PANEL};
 /// How quants are interpreted by the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QuantKind {
-    /// `w = d * q + m`, `q` in `0..=31` (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K).
+    /// `w = d * q + m`, `q` in `0..=31` (Q5_0, Q5_1).
     Unsigned,
+    /// `w = d * q + m`, `q` in `0..=15`, two columns per byte (Q4_0, Q4_1, Q4_K).
+    Nibble,
     /// `w = d * q`, `q` an `i8` stored as its bits (Q8_0, and re-quantized K-quants).
     Signed,
 }
@@ -37,7 +42,7 @@ pub struct PackedWeight {
 pub(crate) struct Panel<'a> {
     pub kind: QuantKind,
     pub blocks: usize,
-    /// `[blocks][PANEL][BLOCK]`.
+    /// `[blocks][PANEL][BLOCK]` bytes, `[blocks][PANEL / 2][BLOCK]` for `Nibble`.
     pub quants: &'a [u8],
     /// `[blocks][PANEL]`.
     pub scales: &'a [f32],
@@ -105,15 +110,25 @@ impl PackedWeight {
     ) -> Self {
         let blocks = in_features / BLOCK;
         let panels = out_features.div_ceil(PANEL);
-        let mut quants = vec![0u8; panels * blocks * PANEL * BLOCK];
+        let block_bytes = kind.panel_block_bytes();
+        let mut quants = vec![0u8; panels * blocks * block_bytes];
         let mut scales = vec![0.0f32; panels * blocks * PANEL];
-        let mut mins = vec![0.0f32; if kind == QuantKind::Unsigned { scales.len() } else { 0 }];
+        let mut mins = vec![0.0f32; if kind == QuantKind::Signed { 0 } else { scales.len() }];
         for col in 0..out_features {
             let (p, c) = (col / PANEL, col % PANEL);
             for b in 0..blocks {
                 let (q, d, m) = block(col, b);
                 let at = (p * blocks + b) * PANEL + c;
-                quants[at * BLOCK..(at + 1) * BLOCK].copy_from_slice(&q);
+                let bytes = (p * blocks + b) * block_bytes;
+                if kind == QuantKind::Nibble {
+                    let (pair, shift) = (c / 2, 4 * (c % 2));
+                    let dst = &mut quants[bytes + pair * BLOCK..bytes + (pair + 1) * BLOCK];
+                    for (byte, &v) in dst.iter_mut().zip(&q) {
+                        *byte |= (v & 0x0F) << shift;
+                    }
+                } else {
+                    quants[bytes + c * BLOCK..bytes + (c + 1) * BLOCK].copy_from_slice(&q);
+                }
                 scales[at] = d;
                 if let Some(slot) = mins.get_mut(at) {
                     *slot = m;
@@ -142,10 +157,11 @@ impl PackedWeight {
     pub(crate) fn panel(&self, p: usize) -> Panel<'_> {
         let s = p * self.blocks * PANEL;
         let e = s + self.blocks * PANEL;
+        let bytes = self.blocks * self.kind.panel_block_bytes();
         Panel {
             kind: self.kind,
             blocks: self.blocks,
-            quants: &self.quants[s * BLOCK..e * BLOCK],
+            quants: &self.quants[p * bytes..(p + 1) * bytes],
             scales: &self.scales[s..e],
             mins: if self.mins.is_empty() { &[] } else { &self.mins[s..e] },
         }
@@ -161,13 +177,34 @@ impl PackedWeight {
                 let at = b * PANEL + c;
                 let m = panel.mins.get(at).copied().unwrap_or(0.0);
                 for j in 0..BLOCK {
-                    let raw = panel.quants[at * BLOCK + j];
-                    let q = if self.kind == QuantKind::Signed { raw as i8 as f32 } else { raw as f32 };
+                    let q = panel.quant(b, c, j) as f32;
                     w[col * self.in_features + b * BLOCK + j] = panel.scales[at] * q + m;
                 }
             }
         }
         w
+    }
+}
+
+impl QuantKind {
+    /// Bytes one block of a panel's quants takes.
+    pub(crate) fn panel_block_bytes(self) -> usize {
+        match self {
+            QuantKind::Nibble => PANEL / 2 * BLOCK,
+            QuantKind::Unsigned | QuantKind::Signed => PANEL * BLOCK,
+        }
+    }
+}
+
+impl Panel<'_> {
+    /// Quant `j` of block `b` in column `c` of the panel, as an integer.
+    #[inline(always)]
+    pub(crate) fn quant(&self, b: usize, c: usize, j: usize) -> i32 {
+        match self.kind {
+            QuantKind::Unsigned => self.quants[(b * PANEL + c) * BLOCK + j] as i32,
+            QuantKind::Signed => self.quants[(b * PANEL + c) * BLOCK + j] as i8 as i32,
+            QuantKind::Nibble => (self.quants[(b * PANEL / 2 + c / 2) * BLOCK + j] >> (4 * (c % 2)) & 0x0F) as i32,
+        }
     }
 }
 
