@@ -151,7 +151,8 @@ impl DenseReference {
 enum Arith {
     /// candle tensor ops in candle-transformers' order (the runner's `Quantized` path).
     CandleOps,
-    /// Scalar loops: 8-lane dot, f32 softmax, key-ordered accumulation (the fused kernel).
+    /// Scalar loops: 8-lane fma dot with a tree sum, f32 softmax, key-ordered fma
+    /// accumulation (the fused kernel).
     Scalar,
 }
 
@@ -270,12 +271,12 @@ fn scalar_attention(q: &[f32], k: &[f32], v: &[f32], ctx: usize, (h, kvh, d): (u
         let mut acc = [0f32; 8];
         for c in 0..a.len() / 8 {
             for l in 0..8 {
-                acc[l] += a[c * 8 + l] * b[c * 8 + l];
+                acc[l] = a[c * 8 + l].mul_add(b[c * 8 + l], acc[l]);
             }
         }
-        let mut sum = acc.iter().sum::<f32>();
+        let mut sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
         for i in a.len() / 8 * 8..a.len() {
-            sum += a[i] * b[i];
+            sum = a[i].mul_add(b[i], sum);
         }
         sum
     };
@@ -312,7 +313,7 @@ fn scalar_attention(q: &[f32], k: &[f32], v: &[f32], ctx: usize, (h, kvh, d): (u
                 let g = hh / group;
                 let vj = &v[(j * kvh + g) * d..(j * kvh + g + 1) * d];
                 for (y, x) in o.iter_mut().zip(vj) {
-                    *y += row[j] * x;
+                    *y = row[j].mul_add(*x, *y);
                 }
             }
         }

@@ -75,45 +75,41 @@ fn attend_row(
     let scale = 1.0 / (head_dim as f32).sqrt();
     let q_row = &qkv.q[row * num_heads * head_dim..(row + 1) * num_heads * head_dim];
 
-    let key_offset = |j: usize, buf_new: bool| -> usize {
-        if buf_new {
-            (span.query_start + j - span.context_len) * kv_row_len
-        } else {
-            let slot = span.block_table[j / block_size] as usize * block_size + j % block_size;
-            slot * kv_row_len
-        }
-    };
-
+    // Where key j's K/V row starts: in the cache through the block table, or, for this step's
+    // own rows, in the step's K/V (resolved once, not per head).
+    let starts: Vec<(bool, usize)> = (0..num_keys)
+        .map(|j| {
+            if j < span.context_len {
+                let slot = span.block_table[j / block_size] as usize * block_size + j % block_size;
+                (false, slot * kv_row_len)
+            } else {
+                (true, (span.query_start + j - span.context_len) * kv_row_len)
+            }
+        })
+        .collect();
     // scores[h * num_keys + j]
     let mut scores = vec![0f32; num_heads * num_keys];
-    for j in 0..num_keys {
-        let new = j >= span.context_len;
-        let off = key_offset(j, new);
+    for (j, &(new, off)) in starts.iter().enumerate() {
         let keys = if new { qkv.k } else { &cache.k[..] };
-        for g in 0..num_kv_heads {
-            let k = &keys[off + g * head_dim..off + (g + 1) * head_dim];
-            for h in g * group..(g + 1) * group {
-                let q = &q_row[h * head_dim..(h + 1) * head_dim];
-                scores[h * num_keys + j] = dot(q, k) * scale;
-            }
+        let k_row = &keys[off..off + kv_row_len];
+        for h in 0..num_heads {
+            let g = h / group;
+            let k = &k_row[g * head_dim..(g + 1) * head_dim];
+            scores[h * num_keys + j] = dot(&q_row[h * head_dim..(h + 1) * head_dim], k) * scale;
         }
     }
     let metrics = want_metrics.then(|| attention_metrics(&scores, num_heads, num_keys));
     for h in 0..num_heads {
         softmax_in_place(&mut scores[h * num_keys..(h + 1) * num_keys]);
     }
-    out_row.fill(0.0);
-    for j in 0..num_keys {
-        let new = j >= span.context_len;
-        let off = key_offset(j, new);
-        let values = if new { qkv.v } else { &cache.v[..] };
-        for g in 0..num_kv_heads {
-            let v = &values[off + g * head_dim..off + (g + 1) * head_dim];
-            for h in g * group..(g + 1) * group {
-                let p = scores[h * num_keys + j];
-                axpy(p, v, &mut out_row[h * head_dim..(h + 1) * head_dim]);
-            }
-        }
+    for h in 0..num_heads {
+        let g = h / group;
+        let value = |j: usize| -> &[f32] {
+            let (new, off) = starts[j];
+            let values = if new { qkv.v } else { &cache.v[..] };
+            &values[off + g * head_dim..off + (g + 1) * head_dim]
+        };
+        weighted_sum(&scores[h * num_keys..(h + 1) * num_keys], value, &mut out_row[h * head_dim..(h + 1) * head_dim]);
     }
     metrics
 }
@@ -129,26 +125,54 @@ fn softmax_in_place(x: &mut [f32]) {
     x.iter_mut().for_each(|v| *v *= inv);
 }
 
-/// Eight independent accumulators let the compiler vectorise without reassociating floats.
+/// Eight fused lane accumulators (one vector register) summed as a tree: vectorises without
+/// reassociating floats, and each key's score is one fma chain instead of a mul and an add.
 #[inline]
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
-    let chunks = a.len() / 8;
-    for c in 0..chunks {
+    let (a8, a_tail) = a.as_chunks::<8>();
+    let (b8, b_tail) = b.as_chunks::<8>();
+    for (x, y) in a8.iter().zip(b8) {
         for l in 0..8 {
-            acc[l] += a[c * 8 + l] * b[c * 8 + l];
+            acc[l] = x[l].mul_add(y[l], acc[l]);
         }
     }
-    let mut sum = acc.iter().sum::<f32>();
-    for idx in chunks * 8..a.len() {
-        sum += a[idx] * b[idx];
+    let mut sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    for (x, y) in a_tail.iter().zip(b_tail) {
+        sum = x.mul_add(*y, sum);
     }
     sum
 }
 
-#[inline]
-fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
-    for (yi, xi) in y.iter_mut().zip(x) {
-        *yi += alpha * xi;
+/// `out = sum_j probs[j] * value(j)`. Each chunk of the output row stays in registers over
+/// all keys (the widest chunk first: 64 floats are 8 independent fma chains), instead of
+/// loading and storing the output row once per key.
+fn weighted_sum<'a>(probs: &[f32], value: impl Fn(usize) -> &'a [f32], out: &mut [f32]) {
+    let mut d0 = weighted_chunks::<64>(probs, &value, out, 0);
+    d0 = weighted_chunks::<16>(probs, &value, out, d0);
+    for d in d0..out.len() {
+        out[d] = probs.iter().enumerate().fold(0.0, |acc, (j, &p)| p.mul_add(value(j)[d], acc));
     }
+}
+
+/// `weighted_sum` for the `W`-wide chunks of `out` from `d0` on; returns where it stopped.
+fn weighted_chunks<'a, const W: usize>(
+    probs: &[f32],
+    value: &impl Fn(usize) -> &'a [f32],
+    out: &mut [f32],
+    mut d0: usize,
+) -> usize {
+    while d0 + W <= out.len() {
+        let mut acc = [0f32; W];
+        for (j, &p) in probs.iter().enumerate() {
+            if let Some(v) = value(j)[d0..].first_chunk::<W>() {
+                for d in 0..W {
+                    acc[d] = p.mul_add(v[d], acc[d]);
+                }
+            }
+        }
+        out[d0..d0 + W].copy_from_slice(&acc);
+        d0 += W;
+    }
+    d0
 }

@@ -26,13 +26,13 @@ fn quantized(dtype: GgmlDType, n: usize, k: usize, seed: u64) -> QTensor {
 }
 
 /// Activations as the kernel sees them, re-derived independently: per 32-block
-/// `d = max|x| / 127`, `q = round(x / d)` (ties to even).
+/// `d = max|x| / 127`, `q = round(x / d)`.
 fn q8_rounded(x: &[f32]) -> Vec<f32> {
     let mut out = Vec::with_capacity(x.len());
     for b in x.chunks(32) {
         let d = b.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0;
         let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-        out.extend(b.iter().map(|v| (v * id).round_ties_even() * d));
+        out.extend(b.iter().map(|v| (v * id).round() * d));
     }
     out
 }

@@ -53,8 +53,8 @@ pub fn quantize_rows(x: &[f32], rows: usize, in_features: usize) -> QuantizedRow
     QuantizedRows { in_features, blocks, quants, scales, sums }
 }
 
-/// One block: returns its scale and the sum of its quants. Rounding is to nearest, ties to
-/// even (what the vector unit does), and NaN quantizes to 0.
+/// One block: returns its scale and the sum of its quants. Rounding is half away from zero
+/// (`f32::round`, as candle's Q8_1 quantization does), and NaN quantizes to 0.
 fn quantize_block(xb: &[f32], qb: &mut [i8]) -> (f32, i32) {
     let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
@@ -62,7 +62,7 @@ fn quantize_block(xb: &[f32], qb: &mut [i8]) -> (f32, i32) {
     let mut sum = 0i32;
     for (q, &v) in qb.iter_mut().zip(xb) {
         // `as i8` maps NaN to 0; |v * id| <= 127 up to rounding anyway.
-        let r = (v * id).round_ties_even().clamp(-127.0, 127.0) as i8;
+        let r = (v * id).round().clamp(-127.0, 127.0) as i8;
         *q = r;
         sum += r as i32;
     }
@@ -113,9 +113,16 @@ mod simd {
             let d = amax / 127.0;
             let id = _mm256_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
             let (lo, hi) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0));
+            let (one, half) = (_mm256_set1_ps(1.0), _mm256_set1_ps(0.5));
             let mut q = [_mm256_setzero_si256(); 4];
             for (qi, x) in q.iter_mut().zip(v) {
-                let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, id));
+                // `f32::round`: truncate, then step away from zero when the dropped part is at
+                // least one half (`x - t` is exact).
+                let x = _mm256_mul_ps(x, id);
+                let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(x);
+                let frac = _mm256_and_ps(_mm256_sub_ps(x, t), abs);
+                let away = _mm256_or_ps(_mm256_andnot_ps(abs, x), one);
+                let r = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(frac, half), away));
                 let r = _mm256_and_ps(r, _mm256_cmp_ps::<_CMP_ORD_Q>(r, r));
                 *qi = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
             }
@@ -159,6 +166,11 @@ mod tests {
         // Exact ties (x / d = k + 0.5 with d = 1), zeros, signed zeros, NaN and infinities.
         let ties: [f32; BLOCK] = std::array::from_fn(|i| if i == 0 { 127.0 } else { i as f32 - 15.5 });
         both(&ties);
+        let near: [f32; BLOCK] = std::array::from_fn(|i| match i {
+            0 => 127.0,
+            _ => [0.49999997, -0.49999997, 1.4999999, -1.5000001, 0.5, -0.5][i % 6] + (i / 6) as f32,
+        });
+        both(&near);
         both(&[0.0; BLOCK]);
         both(&std::array::from_fn(|i| if i % 2 == 0 { -0.0 } else { 0.0 }));
         both(&std::array::from_fn(|i| if i == 3 { f32::NAN } else { i as f32 }));
