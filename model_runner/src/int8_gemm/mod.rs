@@ -2,9 +2,11 @@
 //!
 //! candle's quantized CPU matmul decodes every weight block again for each activation row, so a
 //! step of 64 rows costs almost 64 single rows. Here the weights are repacked once at load
-//! (`pack.rs`) into 4-column panels of integer quants with per-32-block f32 scales, each step
-//! quantizes its activation rows to int8 blocks (`activation.rs`, per row, like ggml's Q8_1),
-//! and the microkernel (`kernel_avx2.rs`) reuses every weight load across a tile of rows.
+//! (`pack.rs`) into 4-column panels of integer quants (4-bit formats two columns per byte)
+//! with per-32-block f32 scales, each step quantizes its activation rows to int8 blocks
+//! (`activation.rs`, per row, like ggml's Q8_1), and the microkernel (`kernel_avx2.rs`) reuses
+//! every weight load across a tile of rows. Projections of one input (a layer's q/k/v, its
+//! gate/up) share one quantization and one parallel pass (`matmul_many`).
 //!
 //! Batch invariance: the value of output `(r, c)` is a fixed sequence of IEEE operations on
 //! row `r`'s quantized activations and column `c`'s weights: per block `b` in increasing order,
