@@ -45,7 +45,6 @@ fn root_serves_the_page_and_info_follows_the_model() {
     drop(server);
 
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-
         .join(format!("entrobatch-playground-wedlm-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     write_tiny_hf(&dir, &TinyHfSpec::qwen3()).expect("write tiny WeDLM checkpoint");

@@ -107,16 +107,14 @@ impl Linear {
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let rows = x.dim(0)?;
-        let y = match (&self.int8, &self.dense_t) {
-            (_, Some(w)) if rows >= self.min_dense_rows => x.matmul(w)?,
-            (Some(w), _) => {
-                let y = with_f32_values(x, |values| int8_gemm::matmul(w, values, rows).map_err(int8_err))?;
-                Tensor::from_vec(y, (rows, w.out_features()), x.device())?
-            }
-            _ => match &self.quantized {
-                Some(q) => q.forward(x)?,
-                None => return Err(ModelError::Unsupported("linear layer without a weight for this step".into())),
-            },
+        if let Some(w) = self.int8_for(rows) {
+            let mut ys = Self::forward_int8(&[self], vec![w], x, rows)?;
+            return ys.pop().ok_or_else(|| ModelError::Unsupported("int8 matmul returned no output".into()));
+        }
+        let y = match (&self.dense_t, &self.quantized) {
+            (Some(w), _) if rows >= self.min_dense_rows => x.matmul(w)?,
+            (_, Some(q)) => q.forward(x)?,
+            _ => return Err(ModelError::Unsupported("linear layer without a weight for this step".into())),
         };
         self.add_bias(y)
     }
@@ -126,21 +124,27 @@ impl Linear {
     /// their columns share one parallel pass; each result is bit-identical to its `forward`.
     pub fn forward_many<const N: usize>(linears: [&Linear; N], x: &Tensor) -> Result<[Tensor; N]> {
         let rows = x.dim(0)?;
-        let packed: Option<Vec<&PackedWeight>> = linears
-            .iter()
-            .map(|l| l.int8.as_ref().filter(|_| l.dense_t.is_none() || rows < l.min_dense_rows))
-            .collect();
-        let ys: Vec<Tensor> = match packed {
-            None => linears.iter().map(|l| l.forward(x)).collect::<Result<_>>()?,
-            Some(weights) => {
-                let ys = with_f32_values(x, |v| int8_gemm::matmul_many(&weights, v, rows).map_err(int8_err))?;
-                let shaped = linears.iter().zip(weights.iter().zip(ys));
-                shaped
-                    .map(|(l, (w, y))| l.add_bias(Tensor::from_vec(y, (rows, w.out_features()), x.device())?))
-                    .collect::<Result<_>>()?
-            }
+        let packed: Option<Vec<&PackedWeight>> = linears.iter().map(|l| l.int8_for(rows)).collect();
+        let ys = match packed {
+            Some(weights) => Self::forward_int8(&linears, weights, x, rows)?,
+            None => linears.iter().map(|l| l.forward(x)).collect::<Result<Vec<_>>>()?,
         };
         ys.try_into().map_err(|_| ModelError::Unsupported("projection count changed".into()))
+    }
+
+    /// The repacked weight when this step's `rows` take the int8 kernel (not the GEMM).
+    fn int8_for(&self, rows: usize) -> Option<&PackedWeight> {
+        self.int8.as_ref().filter(|_| self.dense_t.is_none() || rows < self.min_dense_rows)
+    }
+
+    /// `linears[i]` through its repacked `weights[i]`, all in one `matmul_many` call.
+    fn forward_int8(linears: &[&Linear], weights: Vec<&PackedWeight>, x: &Tensor, rows: usize) -> Result<Vec<Tensor>> {
+        let ys = with_f32_values(x, |v| int8_gemm::matmul_many(&weights, v, rows).map_err(int8_err))?;
+        linears
+            .iter()
+            .zip(weights.iter().zip(ys))
+            .map(|(l, (w, y))| l.add_bias(Tensor::from_vec(y, (rows, w.out_features()), x.device())?))
+            .collect()
     }
 
     fn add_bias(&self, y: Tensor) -> Result<Tensor> {

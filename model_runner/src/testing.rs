@@ -4,7 +4,8 @@
 //! be tested without a real model file.
 
 use std::io::BufWriter;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
@@ -14,6 +15,16 @@ use candle_core::{Device, Tensor};
 mod vocab;
 
 pub use vocab::{gpt2_byte_to_unicode, TINY_VOCAB_SIZE};
+
+/// A fresh path `<root>/entrobatch-<pid>-<n>-<name>` for one test's files (nothing is created).
+/// Tests run in parallel and several ask for the same name: the per-call number keeps one test
+/// from reading a file another is still writing, or has just removed. Pass the test crate's
+/// `env!("CARGO_TARGET_TMPDIR")` as `root`, which keeps the files inside `target/`.
+pub fn unique_test_path(root: &str, name: &str) -> PathBuf {
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    Path::new(root).join(format!("entrobatch-{}-{call}-{name}", std::process::id()))
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TinyArch {

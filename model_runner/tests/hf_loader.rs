@@ -12,11 +12,7 @@ use entrobatch_model_runner::testing_hf::{write_tiny_hf, TinyHfArch, TinyHfSpec,
 use entrobatch_model_runner::{load_model, Architecture, ForwardBatch, MatmulMode, ModelError, ModelRunner, SeqSpan};
 
 fn checkpoint(name: &str, spec: &TinyHfSpec) -> PathBuf {
-    // A number per call: parallel tests asking for the same name must not share files.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("entrobatch-hf-{}-{call}-{name}", std::process::id()));
+    let dir = entrobatch_model_runner::testing::unique_test_path(env!("CARGO_TARGET_TMPDIR"), &format!("hf-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
     write_tiny_hf(&dir, spec).expect("write tiny checkpoint");
     dir

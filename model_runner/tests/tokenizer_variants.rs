@@ -3,23 +3,15 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use candle_core::quantized::gguf_file::{Content, Value};
-use entrobatch_model_runner::testing::{write_tiny_gguf, TinyModelSpec};
+use entrobatch_model_runner::testing::{unique_test_path, write_tiny_gguf, TinyModelSpec};
 use entrobatch_model_runner::tokenizer::{GgufTokenizer, TokenizerError};
 use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
 
 /// The tiny llama model's metadata, edited by `edit`.
 fn content_with(name: &str, edit: impl FnOnce(&mut HashMap<String, Value>)) -> Content {
-    // Tests run in parallel and several ask for the same `name`: a per-call number keeps one
-    // test from reading a file another is still writing (or has just removed).
-    static CALLS: AtomicUsize = AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, Ordering::Relaxed);
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "entrobatch-tokvar-{}-{call}-{name}.gguf",
-        std::process::id()
-    ));
+    let path = unique_test_path(env!("CARGO_TARGET_TMPDIR"), &format!("tokvar-{name}.gguf"));
     write_tiny_gguf(&path, &TinyModelSpec::llama()).unwrap();
     let mut c = common::read_content(&path);
     let _ = std::fs::remove_file(&path);

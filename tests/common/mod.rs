@@ -33,11 +33,7 @@ pub fn qwen_coder_path() -> Option<PathBuf> {
 
 /// Writes a tiny random-weight GGUF into a fresh temp dir and returns its path.
 pub fn tiny_model(spec: &TinyModelSpec, name: &str) -> PathBuf {
-    // A number per call: parallel tests asking for the same name must not share files.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("entrobatch-test-{}-{call}-{name}", std::process::id()));
+    let dir = entrobatch::model_runner::testing::unique_test_path(env!("CARGO_TARGET_TMPDIR"), &format!("test-{name}"));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join(format!("{name}.gguf"));
     write_tiny_gguf(&path, spec).expect("write tiny gguf");

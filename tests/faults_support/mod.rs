@@ -10,11 +10,7 @@ use candle_core::{Device, Tensor};
 
 /// A fresh, per-process temp dir for the damaged copies.
 pub fn scratch_dir(name: &str) -> PathBuf {
-    // A number per call: parallel tests asking for the same name must not share files.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("entrobatch-faults-{}-{call}-{name}", std::process::id()));
+    let dir = entrobatch::model_runner::testing::unique_test_path(env!("CARGO_TARGET_TMPDIR"), &format!("faults-{name}"));
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }

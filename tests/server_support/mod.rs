@@ -23,11 +23,7 @@ pub fn smollm2_path() -> PathBuf {
 
 /// A tiny random-weight model in a fresh temp dir.
 pub fn tiny_model(name: &str, context_length: usize) -> PathBuf {
-    // A number per call: parallel tests asking for the same name must not share files.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("entrobatch-server-test-{}-{call}-{name}", std::process::id()));
+    let dir = entrobatch::model_runner::testing::unique_test_path(env!("CARGO_TARGET_TMPDIR"), &format!("server-test-{name}"));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join(format!("{name}.gguf"));
     let spec = TinyModelSpec { context_length, ..TinyModelSpec::llama() };
