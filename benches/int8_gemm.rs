@@ -40,12 +40,12 @@ fn random(n: usize, seed: u64) -> Vec<f32> {
 }
 
 /// Seconds per forward: enough iterations for ~20 ms, after one warm-up call.
-fn time(linear: &Linear, x: &Tensor) -> anyhow::Result<f64> {
-    linear.forward(x)?;
+fn time(linear: &Linear, x: &[f32], rows: usize) -> anyhow::Result<f64> {
+    linear.forward(x, rows)?;
     let start = Instant::now();
     let mut iters = 0u32;
     while start.elapsed().as_secs_f64() < 0.02 || iters < 2 {
-        linear.forward(x)?;
+        linear.forward(x, rows)?;
         iters += 1;
     }
     Ok(start.elapsed().as_secs_f64() / iters as f64)
@@ -72,11 +72,11 @@ fn main() -> anyhow::Result<()> {
             .map(|(_, mode)| Ok(Linear::new(QTensor::quantize(&w, dtype)?, None, *mode)?))
             .collect::<anyhow::Result<Vec<_>>>()?;
         for (ri, &rows) in rows_list.iter().enumerate() {
-            let x = Tensor::from_vec(random(rows * k, 99 + rows as u64), (rows, k), &Device::Cpu)?;
+            let x = random(rows * k, 99 + rows as u64);
             let mut samples = vec![Vec::new(); 3];
             for _ in 0..rounds {
                 for (m, linear) in linears.iter().enumerate() {
-                    samples[m].push(time(linear, &x)?);
+                    samples[m].push(time(linear, &x, rows)?);
                 }
             }
             let t: Vec<f64> = samples.into_iter().map(fastest).collect();

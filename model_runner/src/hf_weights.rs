@@ -1,14 +1,13 @@
 //! Builds a [`Model`] from Hugging Face tensor names (`model.layers.N.self_attn.q_proj.weight`,
 //! ...). A child of `model` so it can fill `Model`'s private fields directly.
 
-use candle_core::Device;
-
 use super::{Layer, Model};
 use crate::config::Architecture;
 use crate::error::{ModelError, Result};
 use crate::hf_config::HfConfig;
 use crate::hf_loader::HfTensors;
 use crate::linear::Linear;
+use crate::ops;
 use crate::rope::Rope;
 
 impl Model {
@@ -35,26 +34,26 @@ impl Model {
                 config.qkv_bias.then(|| get(&format!("self_attn.{name}.bias"), &[out])).transpose()
             };
             let norm = |name: &str| -> Result<_> {
-                config.qk_norm.then(|| get(&format!("self_attn.{name}.weight"), &[hd])).transpose()
+                config.qk_norm.then(|| ops::values_of(&get(&format!("self_attn.{name}.weight"), &[hd])?)).transpose()
             };
             let proj = |name: &str, out: usize, inp: usize, bias| {
                 Linear::from_dense(&get(name, &[out, inp])?, bias)
             };
             layers.push(Layer {
-                attn_norm: get("input_layernorm.weight", &[h])?,
+                attn_norm: ops::values_of(&get("input_layernorm.weight", &[h])?)?,
                 wq: proj("self_attn.q_proj.weight", q_out, h, bias("q_proj", q_out)?)?,
                 wk: proj("self_attn.k_proj.weight", kv_out, h, bias("k_proj", kv_out)?)?,
                 wv: proj("self_attn.v_proj.weight", kv_out, h, bias("v_proj", kv_out)?)?,
                 wo: proj("self_attn.o_proj.weight", h, q_out, None)?,
                 q_norm: norm("q_norm")?,
                 k_norm: norm("k_norm")?,
-                ffn_norm: get("post_attention_layernorm.weight", &[h])?,
+                ffn_norm: ops::values_of(&get("post_attention_layernorm.weight", &[h])?)?,
                 w_gate: proj("mlp.gate_proj.weight", ff, h, None)?,
                 w_up: proj("mlp.up_proj.weight", ff, h, None)?,
                 w_down: proj("mlp.down_proj.weight", h, ff, None)?,
             });
         }
-        let final_norm = tensors.get("model.norm.weight", &[h])?;
+        let final_norm = ops::values_of(&tensors.get("model.norm.weight", &[h])?)?;
         let lm_head = if tensors.contains("lm_head.weight") {
             Linear::from_dense(&tensors.get("lm_head.weight", &[v, h])?, None)?
         } else if hf.tie_word_embeddings {
@@ -65,15 +64,7 @@ impl Model {
             ));
         };
         let rope = Rope::new(hd, config.rope_theta, config.max_position_embeddings, config.rope_interleaved);
-        Ok(Self {
-            config,
-            embedding,
-            layers,
-            final_norm,
-            lm_head,
-            rope,
-            device: Device::Cpu,
-            exact_attention: false,
-        })
+        let embedding = ops::values_of(&embedding)?;
+        Ok(Self { config, embedding, layers, final_norm, lm_head, rope, exact_attention: false })
     }
 }

@@ -15,6 +15,7 @@ pub mod kv_cache;
 pub mod linear;
 pub mod metrics;
 pub mod model;
+pub mod ops;
 pub mod rope;
 pub mod runner;
 

@@ -1,8 +1,9 @@
 use candle_core::quantized::{QMatMul, QTensor};
-use candle_core::{Module, Tensor};
+use candle_core::{DType, Device, Module, Tensor};
 
 use crate::error::{ModelError, Result};
 use crate::int8_gemm::{self, PackedWeight};
+use crate::ops;
 
 /// How projections multiply a batch of rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,7 +69,7 @@ pub struct Linear {
     dense_t: Option<Tensor>,
     /// The repacked weight, present in the `Int8` and `Hybrid` modes for supported formats.
     int8: Option<PackedWeight>,
-    bias: Option<Tensor>,
+    bias: Option<Vec<f32>>,
     min_dense_rows: usize,
 }
 
@@ -87,6 +88,7 @@ impl Linear {
             }
         };
         let quantized = if int8.is_some() { None } else { Some(QMatMul::from_qtensor(weight)?) };
+        let bias = bias.as_ref().map(ops::values_of).transpose()?;
         Ok(Self { quantized, dense_t, int8, bias, min_dense_rows })
     }
 
@@ -94,8 +96,8 @@ impl Linear {
     /// safetensors are bf16 or f32), kept once as f32 `W^T`: the GEMM serves every row count,
     /// and the fallback matmul is a view of the same storage, so an 8B model holds one copy.
     pub fn from_dense(weight: &Tensor, bias: Option<Tensor>) -> Result<Self> {
-        let dense_t = weight.to_dtype(candle_core::DType::F32)?.t()?.contiguous()?;
-        let bias = bias.map(|b| b.to_dtype(candle_core::DType::F32)).transpose()?;
+        let dense_t = weight.to_dtype(DType::F32)?.t()?.contiguous()?;
+        let bias = bias.as_ref().map(ops::values_of).transpose()?;
         Ok(Self {
             quantized: Some(QMatMul::Tensor(dense_t.t()?)),
             dense_t: Some(dense_t),
@@ -105,29 +107,31 @@ impl Linear {
         })
     }
 
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let rows = x.dim(0)?;
+    /// `y = x W^T (+ b)` for `rows` rows of `x` (`[rows, in]`): returns `[rows, out]`.
+    pub fn forward(&self, x: &[f32], rows: usize) -> Result<Vec<f32>> {
         if let Some(w) = self.int8_for(rows) {
             let mut ys = Self::forward_int8(&[self], vec![w], x, rows)?;
             return ys.pop().ok_or_else(|| ModelError::Unsupported("int8 matmul returned no output".into()));
         }
+        let xt = Tensor::from_slice(x, (rows, x.len() / rows.max(1)), &Device::Cpu)?;
         let y = match (&self.dense_t, &self.quantized) {
-            (Some(w), _) if rows >= self.min_dense_rows => x.matmul(w)?,
-            (_, Some(q)) => q.forward(x)?,
+            (Some(w), _) if rows >= self.min_dense_rows => xt.matmul(w)?,
+            (_, Some(q)) => q.forward(&xt)?,
             _ => return Err(ModelError::Unsupported("linear layer without a weight for this step".into())),
         };
-        self.add_bias(y)
+        let mut y = y.flatten_all()?.to_vec1::<f32>()?;
+        self.add_bias(&mut y);
+        Ok(y)
     }
 
     /// `forward` of several projections of the same input (a layer's q/k/v, its gate/up).
     /// Where all of them take the int8 kernel for this step, the input is quantized once and
     /// their columns share one parallel pass; each result is bit-identical to its `forward`.
-    pub fn forward_many<const N: usize>(linears: [&Linear; N], x: &Tensor) -> Result<[Tensor; N]> {
-        let rows = x.dim(0)?;
+    pub fn forward_many<const N: usize>(linears: [&Linear; N], x: &[f32], rows: usize) -> Result<[Vec<f32>; N]> {
         let packed: Option<Vec<&PackedWeight>> = linears.iter().map(|l| l.int8_for(rows)).collect();
         let ys = match packed {
             Some(weights) => Self::forward_int8(&linears, weights, x, rows)?,
-            None => linears.iter().map(|l| l.forward(x)).collect::<Result<Vec<_>>>()?,
+            None => linears.iter().map(|l| l.forward(x, rows)).collect::<Result<Vec<_>>>()?,
         };
         ys.try_into().map_err(|_| ModelError::Unsupported("projection count changed".into()))
     }
@@ -138,34 +142,19 @@ impl Linear {
     }
 
     /// `linears[i]` through its repacked `weights[i]`, all in one `matmul_many` call.
-    fn forward_int8(linears: &[&Linear], weights: Vec<&PackedWeight>, x: &Tensor, rows: usize) -> Result<Vec<Tensor>> {
-        let ys = with_f32_values(x, |v| int8_gemm::matmul_many(&weights, v, rows).map_err(int8_err))?;
-        linears
-            .iter()
-            .zip(weights.iter().zip(ys))
-            .map(|(l, (w, y))| l.add_bias(Tensor::from_vec(y, (rows, w.out_features()), x.device())?))
-            .collect()
+    fn forward_int8(linears: &[&Linear], weights: Vec<&PackedWeight>, x: &[f32], rows: usize) -> Result<Vec<Vec<f32>>> {
+        let mut ys = int8_gemm::matmul_many(&weights, x, rows).map_err(int8_err)?;
+        for (l, y) in linears.iter().zip(ys.iter_mut()) {
+            l.add_bias(y);
+        }
+        Ok(ys)
     }
 
-    fn add_bias(&self, y: Tensor) -> Result<Tensor> {
-        Ok(match &self.bias {
-            Some(b) => y.broadcast_add(b)?,
-            None => y,
-        })
-    }
-}
-
-/// Runs `f` on `x`'s values as one f32 slice: borrowed from a contiguous CPU tensor (every
-/// projection input on the hot path), copied otherwise.
-fn with_f32_values<R>(x: &Tensor, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
-    let x = x.to_dtype(candle_core::DType::F32)?;
-    {
-        let (storage, layout) = x.storage_and_layout();
-        if let (candle_core::Storage::Cpu(cpu), Some((start, end))) = (&*storage, layout.contiguous_offsets()) {
-            return f(&cpu.as_slice::<f32>()?[start..end]);
+    fn add_bias(&self, y: &mut [f32]) {
+        if let Some(b) = &self.bias {
+            ops::add_bias(y, b);
         }
     }
-    f(&x.flatten_all()?.to_vec1::<f32>()?)
 }
 
 fn int8_err(e: int8_gemm::Int8GemmError) -> ModelError {

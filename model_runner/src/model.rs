@@ -1,7 +1,7 @@
 use std::io::{Read, Seek};
 
 use candle_core::quantized::gguf_file;
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 
 use crate::attention::{paged_attention, AttentionShape, StepQkv};
 use crate::attention_exact::exact_attention;
@@ -11,6 +11,7 @@ use crate::error::{ModelError, Result};
 use crate::kv_cache::KvCache;
 use crate::linear::{AttentionKernel, Linear, MatmulMode};
 use crate::metrics::AttnMetrics;
+use crate::ops;
 use crate::rope::Rope;
 
 // Hugging Face safetensors loading builds `Model`/`Layer` directly, so it lives in a child module.
@@ -18,15 +19,15 @@ use crate::rope::Rope;
 mod hf_weights;
 
 struct Layer {
-    attn_norm: Tensor,
+    attn_norm: Vec<f32>,
     wq: Linear,
     wk: Linear,
     wv: Linear,
     wo: Linear,
     /// Qwen3 QK-norm weights (`[head_dim]`), applied to every head before RoPE.
-    q_norm: Option<Tensor>,
-    k_norm: Option<Tensor>,
-    ffn_norm: Tensor,
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    ffn_norm: Vec<f32>,
     w_gate: Linear,
     w_up: Linear,
     w_down: Linear,
@@ -37,12 +38,12 @@ struct Layer {
 /// one-position `forward(x, index_pos)` with its cache inside the model.
 pub struct Model {
     config: ModelConfig,
-    embedding: Tensor,
+    /// `[vocab, hidden]` f32.
+    embedding: Vec<f32>,
     layers: Vec<Layer>,
-    final_norm: Tensor,
+    final_norm: Vec<f32>,
     lm_head: Linear,
     rope: Rope,
-    device: Device,
     /// Mirror candle-transformers' attention ops (see `attention_exact`) instead of the fused kernel.
     exact_attention: bool,
 }
@@ -76,8 +77,8 @@ impl Model {
             })
         };
         let embedding_q = tensor("token_embd.weight")?;
-        let embedding = embedding_q.dequantize(&device)?;
-        let final_norm = tensor("output_norm.weight")?.dequantize(&device)?;
+        let embedding = ops::values_of(&embedding_q.dequantize(&device)?)?;
+        let final_norm = ops::values_of(&tensor("output_norm.weight")?.dequantize(&device)?)?;
         let lm_head_weight = match tensor("output.weight") {
             Ok(w) => w,
             Err(_) => embedding_q,
@@ -95,14 +96,14 @@ impl Model {
             };
             let (bq, bk, bv) = (bias("attn_q")?, bias("attn_k")?, bias("attn_v")?);
             layers.push(Layer {
-                attn_norm: tensor(&format!("{p}.attn_norm.weight"))?.dequantize(&device)?,
+                attn_norm: ops::values_of(&tensor(&format!("{p}.attn_norm.weight"))?.dequantize(&device)?)?,
                 wq: Linear::new(tensor(&format!("{p}.attn_q.weight"))?, bq, mode)?,
                 wk: Linear::new(tensor(&format!("{p}.attn_k.weight"))?, bk, mode)?,
                 wv: Linear::new(tensor(&format!("{p}.attn_v.weight"))?, bv, mode)?,
                 wo: Linear::new(tensor(&format!("{p}.attn_output.weight"))?, None, mode)?,
                 q_norm: None,
                 k_norm: None,
-                ffn_norm: tensor(&format!("{p}.ffn_norm.weight"))?.dequantize(&device)?,
+                ffn_norm: ops::values_of(&tensor(&format!("{p}.ffn_norm.weight"))?.dequantize(&device)?)?,
                 w_gate: Linear::new(tensor(&format!("{p}.ffn_gate.weight"))?, None, mode)?,
                 w_up: Linear::new(tensor(&format!("{p}.ffn_up.weight"))?, None, mode)?,
                 w_down: Linear::new(tensor(&format!("{p}.ffn_down.weight"))?, None, mode)?,
@@ -114,7 +115,7 @@ impl Model {
             config.max_position_embeddings,
             config.rope_interleaved,
         );
-        Ok(Self { config, embedding, layers, final_norm, lm_head, rope, device, exact_attention: false })
+        Ok(Self { config, embedding, layers, final_norm, lm_head, rope, exact_attention: false })
     }
 
     /// Chooses the attention implementation (the fused paged kernel by default).
@@ -143,16 +144,19 @@ impl Model {
             head_dim: cfg.head_dim,
             block_size: cache.block_size(),
         };
-        let ids = Tensor::new(batch.input_ids.as_slice(), &self.device)?;
-        let mut x = self.embedding.index_select(&ids, 0)?;
+        let hidden = cfg.hidden_size;
+        let mut x = ops::gather_rows(&self.embedding, hidden, batch.input_ids.iter().map(|&t| t as usize))?;
         let mut attn_metrics = vec![None; batch.seqs.len()];
         let last_layer = self.layers.len().saturating_sub(1);
         for (l, layer) in self.layers.iter().enumerate() {
-            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
-            let [q, k, v] = Linear::forward_many([&layer.wq, &layer.wk, &layer.wv], &h)?;
-            let mut q = to_vec(&head_rms_norm(q, layer.q_norm.as_ref(), cfg.head_dim, eps)?)?;
-            let mut k = to_vec(&head_rms_norm(k, layer.k_norm.as_ref(), cfg.head_dim, eps)?)?;
-            let v = to_vec(&v)?;
+            let h = ops::rms_norm(&x, &layer.attn_norm, eps);
+            let [mut q, mut k, v] = Linear::forward_many([&layer.wq, &layer.wk, &layer.wv], &h, rows)?;
+            if let Some(w) = &layer.q_norm {
+                q = ops::rms_norm(&q, w, eps);
+            }
+            if let Some(w) = &layer.k_norm {
+                k = ops::rms_norm(&k, w, eps);
+            }
             self.rope.apply(&mut q, cfg.num_heads, &batch.positions);
             self.rope.apply(&mut k, cfg.num_kv_heads, &batch.positions);
             cache.store(l, &batch.slot_mapping, &k, &v);
@@ -165,34 +169,19 @@ impl Model {
             if l == last_layer {
                 attn_metrics = metrics;
             }
-            let attn = Tensor::from_vec(attn, (rows, cfg.num_heads * cfg.head_dim), &self.device)?;
-            x = (x + layer.wo.forward(&attn)?)?;
-            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
-            let [gate, up] = Linear::forward_many([&layer.w_gate, &layer.w_up], &h)?;
-            let gate = candle_nn::ops::silu(&gate)?;
-            x = (x + layer.w_down.forward(&(gate * up)?)?)?;
+            ops::add_in_place(&mut x, &layer.wo.forward(&attn, rows)?);
+            let h = ops::rms_norm(&x, &layer.ffn_norm, eps);
+            let [mut gate, up] = Linear::forward_many([&layer.w_gate, &layer.w_up], &h, rows)?;
+            ops::silu_mul(&mut gate, &up);
+            ops::add_in_place(&mut x, &layer.w_down.forward(&gate, rows)?);
         }
         let logits = if batch.logits_rows.is_empty() {
             Vec::new()
         } else {
-            let idx: Vec<u32> = batch.logits_rows.iter().map(|&r| r as u32).collect();
-            let idx = Tensor::new(idx.as_slice(), &self.device)?;
-            let h = x.index_select(&idx, 0)?;
-            let h = candle_nn::ops::rms_norm(&h, &self.final_norm, eps)?;
-            to_vec(&self.lm_head.forward(&h)?)?
+            let h = ops::gather_rows(&x, hidden, batch.logits_rows.iter().copied())?;
+            let h = ops::rms_norm(&h, &self.final_norm, eps);
+            self.lm_head.forward(&h, batch.logits_rows.len())?
         };
         Ok(ForwardOutput { logits, vocab_size: cfg.vocab_size, attn_metrics })
     }
-}
-
-/// RMSNorm over each `head_dim` slice of `[rows, heads * head_dim]` (no-op without a weight).
-fn head_rms_norm(x: Tensor, weight: Option<&Tensor>, head_dim: usize, eps: f32) -> Result<Tensor> {
-    let Some(w) = weight else { return Ok(x) };
-    let (rows, width) = x.dims2()?;
-    let heads = candle_nn::ops::rms_norm(&x.reshape((rows * width / head_dim, head_dim))?, w, eps)?;
-    Ok(heads.reshape((rows, width))?)
-}
-
-fn to_vec(t: &Tensor) -> Result<Vec<f32>> {
-    Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
 }
