@@ -2,20 +2,21 @@
 //!
 //! candle's quantized CPU matmul decodes every weight block again for each activation row, so a
 //! step of 64 rows costs almost 64 single rows. Here the weights are repacked once at load
-//! (`pack.rs`) into 4-column panels of integer quants (4-bit formats two columns per byte)
-//! with per-32-block f32 scales, each step quantizes its activation rows to int8 blocks
-//! (`activation.rs`, per row, like ggml's Q8_1), and the microkernel (`kernel_avx2.rs`) reuses
-//! every weight load across a tile of rows. Projections of one input (a layer's q/k/v, its
-//! gate/up) share one quantization and one parallel pass (`matmul_many`).
+//! (`pack.rs`) into 8-column panels of integer quants whose vector lanes are the columns
+//! (4-bit formats two quants per byte), with per-32-block f32 scales; each step quantizes its
+//! activation rows to int8 blocks (`activation.rs`, per row, like ggml's Q8_1), and the
+//! microkernel (`kernel_avx2.rs`) reuses every weight load across a tile of 4 rows.
+//! Projections of one input (a layer's q/k/v, its gate/up) share one quantization and one
+//! parallel pass (`matmul_many`).
 //!
 //! Batch invariance: the value of output `(r, c)` is a fixed sequence of IEEE operations on
-//! row `r`'s quantized activations and column `c`'s weights: per block `b` in increasing order,
-//! 8 exact i32 lane sums are converted to f32 and fused-multiply-added with the scale
-//! `dw[c,b] * dx[r,b]` into 8 lane accumulators, the lanes are summed in one fixed tree, and the
-//! min term `sum_b s[r,b] * m[c,b]` (fma chain, increasing `b`) is added last. Nothing depends on
-//! how many rows the step has, which tile a row lands in, or how columns are split over threads,
-//! so a row's result is bit-identical alone or inside any batch. `kernel_scalar.rs` performs the
-//! same operations in the same order, so it is also bit-identical to the AVX2 kernel.
+//! row `r`'s quantized activations and column `c`'s weights: `acc = 0`, then per block `b` in
+//! increasing order the exact integer dot product of the block is converted to f32 and
+//! fused-multiply-added with the scale `dw[c,b] * dx[r,b]`, followed (for weights with a min)
+//! by the fma of the min term `s[r,b] * m[c,b]`. Nothing depends on how many rows the step
+//! has, which tile a row lands in, or how columns are split over threads, so a row's result is
+//! bit-identical alone or inside any batch. `kernel_scalar.rs` performs the same operations in
+//! the same order, so it is also bit-identical to the AVX2 kernel.
 
 mod activation;
 mod formats;
@@ -31,8 +32,8 @@ use thiserror::Error;
 
 /// Elements per quantization block (weights and activations).
 pub const BLOCK: usize = 32;
-/// Output columns interleaved per panel: one microkernel tile covers the whole panel.
-pub const PANEL: usize = 4;
+/// Output columns interleaved per panel: one f32x8 accumulator per row covers the panel.
+pub const PANEL: usize = 8;
 /// Below this many multiply-adds a call runs on the calling thread: waking the pool costs
 /// more than the work (a batch-1 k/v projection is about 0.1M).
 const PARALLEL_FROM_MACS: usize = 1 << 19;
@@ -113,12 +114,11 @@ pub fn matmul_many_with(
         let (weight, y) = (weights[i], targets[i]);
         let n = weight.out_features();
         let mut tile = vec![0.0f32; rows * PANEL];
-        let mut scratch = Vec::new();
         for p in first_panel..(first_panel + per_task).min(weight.num_panels()) {
             let panel = weight.panel(p);
             // The panel's weights stay in L1 while every row tile streams past them.
             if use_avx2 {
-                kernel_avx2::tile(&panel, &act, 0, rows, &mut tile, &mut scratch);
+                kernel_avx2::tile(&panel, &act, 0, rows, &mut tile);
             } else {
                 kernel_scalar::tile(&panel, &act, 0, rows, &mut tile);
             }
@@ -152,12 +152,4 @@ impl Output {
     fn at(self, offset: usize) -> *mut f32 {
         self.0.wrapping_add(offset)
     }
-}
-
-/// Sums 8 lane accumulators in the tree the AVX2 kernel uses (halves, then pairs, then the
-/// last two), so both kernels round identically.
-#[inline(always)]
-pub(crate) fn lane_tree_sum(a: &[f32; 8]) -> f32 {
-    let t = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
-    (t[0] + t[2]) + (t[1] + t[3])
 }

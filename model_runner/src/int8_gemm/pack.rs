@@ -1,10 +1,12 @@
 //! Weights repacked once at load into the microkernel's panel layout.
 //!
-//! Output columns (weight rows) are grouped in panels of `PANEL`; within a panel, block `b`
-//! stores the 32 quants of each of the panel's columns back to back, so one tile step loads
-//! `PANEL` consecutive 32-byte vectors. 4-bit quants (`Nibble`) share bytes between column
-//! pairs: byte `j` of pair `p` holds column `2p`'s quant `j` in its low nibble and column
-//! `2p + 1`'s in its high one, which halves the bytes a decode step streams from memory.
+//! Output columns (weight rows) are grouped in panels of `PANEL` (8); within a panel, block `b`
+//! is cut into 8 groups of 4 consecutive inputs, and group `g` is one 32-byte vector holding
+//! the group's 4 quants of each of the 8 columns (`[g][column][4]`). Against an activation
+//! group broadcast to all lanes, one `maddubs` + `madd` leaves column `c`'s 4 products summed
+//! in lane `c`: the lanes are the columns, so no horizontal sums are needed. 4-bit quants
+//! (`Nibble`) share bytes between groups: vector `h` holds group `h` in its low nibbles and
+//! group `h + 4` in its high ones, which halves the bytes a decode step streams from memory.
 //! Scales and mins are `[panel][block][PANEL]` f32.
 //! The last panel is padded with zero columns (zero quants, scales and mins).
 
@@ -42,7 +44,7 @@ pub struct PackedWeight {
 pub(crate) struct Panel<'a> {
     pub kind: QuantKind,
     pub blocks: usize,
-    /// `[blocks][PANEL][BLOCK]` bytes, `[blocks][PANEL / 2][BLOCK]` for `Nibble`.
+    /// `[blocks][8 groups][PANEL][4]` bytes, `[blocks][4][PANEL][4]` for `Nibble`.
     pub quants: &'a [u8],
     /// `[blocks][PANEL]`.
     pub scales: &'a [f32],
@@ -120,14 +122,9 @@ impl PackedWeight {
                 let (q, d, m) = block(col, b);
                 let at = (p * blocks + b) * PANEL + c;
                 let bytes = (p * blocks + b) * block_bytes;
-                if kind == QuantKind::Nibble {
-                    let (pair, shift) = (c / 2, 4 * (c % 2));
-                    let dst = &mut quants[bytes + pair * BLOCK..bytes + (pair + 1) * BLOCK];
-                    for (byte, &v) in dst.iter_mut().zip(&q) {
-                        *byte |= (v & 0x0F) << shift;
-                    }
-                } else {
-                    quants[bytes + c * BLOCK..bytes + (c + 1) * BLOCK].copy_from_slice(&q);
+                for (j, &v) in q.iter().enumerate() {
+                    let (at_byte, shift) = kind.quant_position(c, j);
+                    quants[bytes + at_byte] |= (v & kind.quant_mask()) << shift;
                 }
                 scales[at] = d;
                 if let Some(slot) = mins.get_mut(at) {
@@ -190,9 +187,23 @@ impl QuantKind {
     /// Bytes one block of a panel's quants takes.
     pub(crate) fn panel_block_bytes(self) -> usize {
         match self {
-            QuantKind::Nibble => PANEL / 2 * BLOCK,
+            QuantKind::Nibble => PANEL * BLOCK / 2,
             QuantKind::Unsigned | QuantKind::Signed => PANEL * BLOCK,
         }
+    }
+
+    /// Where quant `j` of column `c` sits in its block's bytes: (byte, bit shift).
+    #[inline(always)]
+    pub(crate) fn quant_position(self, c: usize, j: usize) -> (usize, u32) {
+        let (group, within) = (j / 4, j % 4);
+        match self {
+            QuantKind::Nibble => ((group % 4) * BLOCK + c * 4 + within, 4 * (group / 4) as u32),
+            QuantKind::Unsigned | QuantKind::Signed => (group * BLOCK + c * 4 + within, 0),
+        }
+    }
+
+    fn quant_mask(self) -> u8 {
+        if self == QuantKind::Nibble { 0x0F } else { 0xFF }
     }
 }
 
@@ -200,10 +211,11 @@ impl Panel<'_> {
     /// Quant `j` of block `b` in column `c` of the panel, as an integer.
     #[inline(always)]
     pub(crate) fn quant(&self, b: usize, c: usize, j: usize) -> i32 {
+        let (at, shift) = self.kind.quant_position(c, j);
+        let byte = self.quants[b * self.kind.panel_block_bytes() + at];
         match self.kind {
-            QuantKind::Unsigned => self.quants[(b * PANEL + c) * BLOCK + j] as i32,
-            QuantKind::Signed => self.quants[(b * PANEL + c) * BLOCK + j] as i8 as i32,
-            QuantKind::Nibble => (self.quants[(b * PANEL / 2 + c / 2) * BLOCK + j] >> (4 * (c % 2)) & 0x0F) as i32,
+            QuantKind::Signed => byte as i8 as i32,
+            QuantKind::Unsigned | QuantKind::Nibble => (byte >> shift & self.kind.quant_mask()) as i32,
         }
     }
 }
