@@ -151,7 +151,7 @@ impl DenseReference {
 enum Arith {
     /// candle tensor ops in candle-transformers' order (the runner's `Quantized` path).
     CandleOps,
-    /// Scalar loops: 8-lane fma dot with a tree sum, f32 softmax, key-ordered fma
+    /// Scalar loops: 8-lane fma dot with a tree sum, f32 softmax with the kernel's exp, key-ordered fma
     /// accumulation (the fused kernel).
     Scalar,
 }
@@ -274,7 +274,7 @@ fn scalar_attention(q: &[f32], k: &[f32], v: &[f32], ctx: usize, (h, kvh, d): (u
                 acc[l] = a[c * 8 + l].mul_add(b[c * 8 + l], acc[l]);
             }
         }
-        let mut sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+        let mut sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
         for i in a.len() / 8 * 8..a.len() {
             sum = a[i].mul_add(b[i], sum);
         }
@@ -302,7 +302,7 @@ fn scalar_attention(q: &[f32], k: &[f32], v: &[f32], ctx: usize, (h, kvh, d): (u
             let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let mut sum = 0f32;
             for x in row.iter_mut() {
-                *x = (*x - max).exp();
+                *x = entrobatch::model_runner::attention::exp_nonpositive(*x - max);
                 sum += *x;
             }
             let inv = 1.0 / sum;

@@ -24,16 +24,15 @@ pub enum MatmulMode {
     /// (f16, f32) keep candle's matmul.
     Int8,
     /// `Int8` for steps below `dense_from_rows` rows and the f32 GEMM of `DenseAbove` from
-    /// there on: decode steps take the int8 kernel (faster up to about a hundred rows), large
-    /// prefill chunks the GEMM (faster at 256 rows). A row's result then depends on the size
-    /// of the step it lands in, so this is a throughput mode, not batch-invariant.
+    /// there on. A row's result then depends on the size of the step it lands in. Since the
+    /// 8-column int8 kernel the GEMM no longer wins at any step size measured (1 to 512 rows,
+    /// BENCHMARKS.md), so this only serves comparisons (`bench throughput --matmul hybrid`).
     Hybrid { dense_from_rows: usize },
 }
 
 /// The default keeps results independent of batch composition (the per-request seed
-/// promise) and amortises weight decoding over the rows of a step: `Int8` (measured about 5x
-/// `Quantized` and 1.3x `DenseAbove` on 32 x (64 + 64) SmolLM2 requests, BENCHMARKS.md).
-/// `DenseAbove` remains the opt-in mode for prefill-heavy work (its GEMM wins at 256 rows).
+/// promise) and amortises weight decoding over the rows of a step: `Int8`, also the fastest
+/// mode at every step size measured (BENCHMARKS.md, "Int8 matmul").
 impl Default for MatmulMode {
     fn default() -> Self {
         Self::Int8
@@ -41,10 +40,11 @@ impl Default for MatmulMode {
 }
 
 impl MatmulMode {
-    /// The throughput mode (`--fast-matmul`): int8 for decode-sized steps, the f32 GEMM from
-    /// 96 rows, where the int8 kernel stops winning (BENCHMARKS.md, "Int8 matmul").
+    /// The throughput mode (`--fast`, `--fast-matmul`). It used to run prefill-sized steps as
+    /// f32 GEMMs; the int8 kernel now beats the GEMM at every step size (2x at 512 rows), so
+    /// it is `Int8`, and the flags stay only so existing command lines keep working.
     pub fn fast() -> Self {
-        Self::Hybrid { dense_from_rows: 96 }
+        Self::Int8
     }
 }
 

@@ -78,13 +78,13 @@ pub fn synthetic_prompts(vocab: usize, n: usize, len: usize) -> Vec<Vec<u32>> {
         .collect()
 }
 
-/// `--matmul` values: `int8` (the engine's default, batch-invariant), `hybrid` (int8 for
-/// decode-sized steps, f32 GEMM from 96 rows: `MatmulMode::fast()`, `--fast-matmul`), `dense`
-/// (f32 GEMM from 8 rows) or `quantized` (candle's kernels).
+/// `--matmul` values: `int8` (the engine's default, batch-invariant, the fastest), `hybrid`
+/// (int8, f32 GEMM from 96 rows), `dense` (f32 GEMM from 8 rows) or `quantized` (candle's
+/// kernels), for comparisons.
 pub fn parse_matmul_mode(name: &str) -> std::result::Result<crate::MatmulMode, String> {
     match name {
         "int8" => Ok(crate::MatmulMode::Int8),
-        "hybrid" => Ok(crate::MatmulMode::fast()),
+        "hybrid" => Ok(crate::MatmulMode::Hybrid { dense_from_rows: 96 }),
         "dense" => Ok(crate::MatmulMode::DenseAbove { min_rows: 8 }),
         "quantized" => Ok(crate::MatmulMode::Quantized),
         other => Err(format!("unknown matmul mode `{other}` (int8, hybrid, dense or quantized)")),
@@ -108,13 +108,7 @@ pub fn run_with_prompts(
     prompts: Option<&[Vec<u32>]>,
     mut on_progress: impl FnMut(usize),
 ) -> Result<ThroughputReport> {
-    let mut engine_config = config.engine.clone().unwrap_or_else(|| {
-        // Throughput runs measure the fast path; the default mode trades speed for
-        // batch-invariant results.
-        let mut c = EngineConfig::new(&config.model);
-        c.matmul_mode = crate::MatmulMode::fast();
-        c
-    });
+    let mut engine_config = config.engine.clone().unwrap_or_else(|| EngineConfig::new(&config.model));
     engine_config.max_num_seqs = config.concurrency;
     let engine = Engine::start(engine_config)?;
     let prompts = match prompts {

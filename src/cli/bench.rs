@@ -24,7 +24,7 @@ pub struct PrefixCacheArgs {
     pub suffix_len: usize,
     #[arg(long, default_value_t = 5)]
     pub rounds: usize,
-    /// Use the throughput matmul mode (as `serve --fast-matmul`).
+    /// `MatmulMode::fast()`, as `serve --fast-matmul` (now the default int8 kernel).
     #[arg(long)]
     pub fast_matmul: bool,
     #[arg(long)]
@@ -55,8 +55,8 @@ pub struct ThroughputArgs {
     /// SVG for --sweep.
     #[arg(long, default_value = "throughput_sweep.svg")]
     pub plot: PathBuf,
-    /// Engine matmul mode: int8 (the engine's default), hybrid (int8, f32 GEMM from 96 rows:
-    /// --fast-matmul), dense (f32 GEMM from 8 rows) or quantized (candle's kernels).
+    /// Engine matmul mode: int8 (the engine's default and fastest), hybrid (int8, f32 GEMM
+    /// from 96 rows), dense (f32 GEMM from 8 rows) or quantized (candle's kernels).
     #[arg(long, default_value = "int8", value_parser = entrobatch::bench::throughput::parse_matmul_mode)]
     pub matmul: entrobatch::MatmulMode,
 }

@@ -53,7 +53,7 @@ pub struct EvalArgs {
     /// Requests decoded together.
     #[arg(long, default_value_t = 64)]
     pub max_num_seqs: usize,
-    /// f32 GEMMs over dequantized weights for steps of 8+ rows (faster, not batch-invariant).
+    /// Kept for existing command lines: `MatmulMode::fast()`, now the default int8 kernel.
     #[arg(long)]
     pub fast: bool,
 }

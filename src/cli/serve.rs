@@ -40,8 +40,8 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get to finish after SIGINT/SIGTERM before being aborted.
     #[arg(long, default_value_t = 30)]
     pub shutdown_grace: u64,
-    /// Throughput mode: f32 GEMM for steps of 96+ rows, int8 below (more memory; a request's
-    /// tokens then depend on what else is in the batch). Default: int8, batch-independent.
+    /// Kept for existing command lines: selects `MatmulMode::fast()`, which is now the default
+    /// int8 kernel (faster than the f32 GEMM it used to select at every step size).
     #[arg(long)]
     pub fast_matmul: bool,
 }

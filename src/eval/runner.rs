@@ -23,7 +23,7 @@ pub struct RunOptions {
     /// 0 = greedy for plain and MTI; entropix sets its own temperatures.
     pub temperature: f32,
     pub seed: u64,
-    /// `MatmulMode::fast()`: f32 GEMMs for large steps (faster, not batch-invariant).
+    /// `MatmulMode::fast()` (now the default int8 kernel; kept for existing configs).
     pub fast: bool,
     /// Requests decoded together; all of a job's items when it is at least that many.
     pub max_num_seqs: usize,
