@@ -124,7 +124,7 @@ impl Harness {
                 (0..layers)
                     .flat_map(|layer| {
                         let (k, v) = cache.read_slot(layer, slot);
-                        k.iter().chain(v).copied().collect::<Vec<f32>>()
+                        k.into_iter().chain(v).collect::<Vec<f32>>()
                     })
                     .collect()
             })

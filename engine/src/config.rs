@@ -1,6 +1,6 @@
 use std::path::PathBuf;
 
-use entrobatch_model_runner::{AttentionKernel, MatmulMode};
+use entrobatch_model_runner::{AttentionKernel, KvDtype, MatmulMode};
 
 /// Everything `Engine::start` needs; defaults suit a 2-core CPU and a sub-1B model.
 #[derive(Clone, Debug)]
@@ -19,6 +19,8 @@ pub struct EngineConfig {
     pub max_model_len: Option<usize>,
     pub enable_prefix_caching: bool,
     pub matmul_mode: MatmulMode,
+    /// How the KV cache stores values (`F16`: half the memory and attention traffic).
+    pub kv_cache_dtype: KvDtype,
     /// `CandleMirror` makes results bit-comparable with candle-transformers' models (tests).
     pub attention_kernel: AttentionKernel,
     /// Requests admitted but not yet finished beyond which `submit` answers `QueueFull`.
@@ -40,6 +42,7 @@ impl EngineConfig {
             max_model_len: None,
             enable_prefix_caching: true,
             matmul_mode: MatmulMode::default(),
+            kv_cache_dtype: KvDtype::default(),
             attention_kernel: AttentionKernel::default(),
             max_queued_requests: 4096,
             faults: Default::default(),

@@ -25,7 +25,7 @@ pub mod strategy;
 
 pub use config::EngineConfig;
 pub use engine::{Engine, EngineInfo, ShutdownMode};
-pub use entrobatch_model_runner::{AttentionKernel, ChatMessage, MatmulMode};
+pub use entrobatch_model_runner::{AttentionKernel, ChatMessage, KvDtype, MatmulMode};
 pub use entrobatch_sampler::SamplingParams;
 pub use error::{EngineError, Result};
 pub use event::{Event, FinishReason, GeneratedToken, RequestId, TokenLogprob, TokenMetrics};

@@ -1,7 +1,9 @@
+use half::f16;
 use rayon::prelude::*;
 
+use crate::attention_simd::{self as simd, KvElem};
 use crate::batch::SeqSpan;
-use crate::kv_cache::LayerKv;
+use crate::kv_cache::{KvRows, LayerKv};
 use crate::metrics::{attention_metrics, AttnMetrics};
 
 /// Shapes shared by every row of one layer's attention.
@@ -21,9 +23,10 @@ pub struct StepQkv<'a> {
 }
 
 /// Paged attention over a packed varlen batch. Keys before a span's `context_len` come from
-/// the cache through its block table; the span's own rows come straight from this step's K/V,
-/// so rows that are never persisted (slot -1) need no scratch slots. One rayon task per query
-/// row; the query heads that share a KV head are scored together so each key row is loaded once.
+/// the cache through its block table; the span's own rows come from this step's K/V (in the
+/// cache's value type, so a key reads the same whether or not it is already cached), so rows
+/// that are never persisted (slot -1) need no scratch slots. One rayon task per query row;
+/// the query heads that share a KV head are scored together so each key row is loaded once.
 ///
 /// Returns the attention output `[rows, heads, head_dim]` and, when `collect_metrics`, the
 /// attention metrics of the last row of every span that asks for them.
@@ -34,8 +37,31 @@ pub fn paged_attention(
     spans: &[SeqSpan],
     collect_metrics: bool,
 ) -> (Vec<f32>, Vec<Option<AttnMetrics>>) {
-    let rows = qkv.q.len() / (shape.num_heads * shape.head_dim);
+    match (&cache.k, &cache.v) {
+        (KvRows::F32(k), KvRows::F32(v)) => attend_all(shape, qkv.q, (qkv.k, qkv.v), (k, v), spans, collect_metrics),
+        (KvRows::F16(k), KvRows::F16(v)) => {
+            let step_k: Vec<f16> = qkv.k.iter().map(|&x| f16::from_f32(x)).collect();
+            let step_v: Vec<f16> = qkv.v.iter().map(|&x| f16::from_f32(x)).collect();
+            attend_all(shape, qkv.q, (&step_k, &step_v), (k, v), spans, collect_metrics)
+        }
+        // `LayerKv` is built with K and V of one type; answer zeros rather than panic.
+        _ => (vec![0.0; qkv.q.len()], vec![None; spans.len()]),
+    }
+}
+
+/// Step K/V and cached K/V, each as (K, V).
+type KvPair<'a, T> = (&'a [T], &'a [T]);
+
+fn attend_all<T: KvElem>(
+    shape: AttentionShape,
+    q: &[f32],
+    step: KvPair<'_, T>,
+    cache: KvPair<'_, T>,
+    spans: &[SeqSpan],
+    collect_metrics: bool,
+) -> (Vec<f32>, Vec<Option<AttnMetrics>>) {
     let q_row_len = shape.num_heads * shape.head_dim;
+    let rows = q.len() / q_row_len;
     let mut row_span = vec![0usize; rows];
     for (s, span) in spans.iter().enumerate() {
         row_span[span.query_start..span.query_start + span.query_len].fill(s);
@@ -48,7 +74,8 @@ pub fn paged_attention(
             let span = &spans[row_span[row]];
             let is_last = row + 1 == span.query_start + span.query_len;
             let want = collect_metrics && span.want_attn_metrics && is_last;
-            attend_row(shape, qkv, cache, span, row, out_row, want).map(|m| (row_span[row], m))
+            let q_row = &q[row * q_row_len..(row + 1) * q_row_len];
+            attend_row(shape, q_row, step, cache, span, row, out_row, want).map(|m| (row_span[row], m))
         })
         .collect();
     let mut per_span = vec![None; spans.len()];
@@ -58,10 +85,12 @@ pub fn paged_attention(
     (out, per_span)
 }
 
-fn attend_row(
+#[allow(clippy::too_many_arguments)]
+fn attend_row<T: KvElem>(
     shape: AttentionShape,
-    qkv: &StepQkv<'_>,
-    cache: &LayerKv,
+    q_row: &[f32],
+    step: KvPair<'_, T>,
+    cache: KvPair<'_, T>,
     span: &SeqSpan,
     row: usize,
     out_row: &mut [f32],
@@ -73,48 +102,43 @@ fn attend_row(
     let i = row - span.query_start;
     let num_keys = span.context_len + i + 1;
     let scale = 1.0 / (head_dim as f32).sqrt();
-    let q_row = &qkv.q[row * num_heads * head_dim..(row + 1) * num_heads * head_dim];
 
-    // Where key j's K/V row starts: in the cache through the block table, or, for this step's
-    // own rows, in the step's K/V (resolved once, not per head).
-    let starts: Vec<(bool, usize)> = (0..num_keys)
+    // Key j's K and V rows: in the cache through the block table, or, for this step's own
+    // rows, in the step's K/V (resolved once, not per head).
+    let rows: Vec<KvPair<'_, T>> = (0..num_keys)
         .map(|j| {
-            if j < span.context_len {
+            let ((k, v), off) = if j < span.context_len {
                 let slot = span.block_table[j / block_size] as usize * block_size + j % block_size;
-                (false, slot * kv_row_len)
+                (cache, slot * kv_row_len)
             } else {
-                (true, (span.query_start + j - span.context_len) * kv_row_len)
-            }
+                (step, (span.query_start + j - span.context_len) * kv_row_len)
+            };
+            (&k[off..off + kv_row_len], &v[off..off + kv_row_len])
         })
         .collect();
+    let vectorized = head_dim % 8 == 0 && simd::available();
     // scores[h * num_keys + j]
     let mut scores = vec![0f32; num_heads * num_keys];
-    let key = |j: usize| -> &[f32] {
-        let (new, off) = starts[j];
-        let keys = if new { qkv.k } else { &cache.k[..] };
-        &keys[off..off + kv_row_len]
-    };
     let mut j0 = 0;
-    if head_dim % 8 == 0 && simd::available() {
+    if vectorized {
         while j0 + 8 <= num_keys {
-            let rows: [&[f32]; 8] = std::array::from_fn(|j| key(j0 + j));
+            let keys: [&[T]; 8] = std::array::from_fn(|j| rows[j0 + j].0);
             for h in 0..num_heads {
-                let g = h / group;
                 let q = &q_row[h * head_dim..(h + 1) * head_dim];
                 let out = &mut scores[h * num_keys + j0..h * num_keys + j0 + 8];
-                // SAFETY: AVX2+FMA checked by `available()`; `q` and every key row hold
-                // `(g + 1) * head_dim` values, `out` eight.
-                unsafe { simd::dot8(q, &rows, g * head_dim, scale, out) };
+                // SAFETY: `available()` checked; `q` holds `head_dim` values (a multiple of 8),
+                // every key row `(h / group + 1) * head_dim`, `out` eight.
+                unsafe { simd::dot8(q, &keys, h / group * head_dim, scale, out) };
             }
             j0 += 8;
         }
     }
-    for j in j0..num_keys {
-        let k_row = key(j);
+    let mut k = vec![0f32; head_dim];
+    for (j, &(k_row, _)) in rows.iter().enumerate().skip(j0) {
         for h in 0..num_heads {
             let g = h / group;
-            let k = &k_row[g * head_dim..(g + 1) * head_dim];
-            scores[h * num_keys + j] = dot(&q_row[h * head_dim..(h + 1) * head_dim], k) * scale;
+            k.iter_mut().zip(&k_row[g * head_dim..]).for_each(|(d, s)| *d = s.to_f32());
+            scores[h * num_keys + j] = dot(&q_row[h * head_dim..(h + 1) * head_dim], &k) * scale;
         }
     }
     let metrics = want_metrics.then(|| attention_metrics(&scores, num_heads, num_keys));
@@ -122,13 +146,16 @@ fn attend_row(
         softmax_in_place(&mut scores[h * num_keys..(h + 1) * num_keys]);
     }
     for h in 0..num_heads {
-        let g = h / group;
-        let value = |j: usize| -> &[f32] {
-            let (new, off) = starts[j];
-            let values = if new { qkv.v } else { &cache.v[..] };
-            &values[off + g * head_dim..off + (g + 1) * head_dim]
-        };
-        weighted_sum(&scores[h * num_keys..(h + 1) * num_keys], value, &mut out_row[h * head_dim..(h + 1) * head_dim]);
+        let at = h / group * head_dim;
+        let probs = &scores[h * num_keys..(h + 1) * num_keys];
+        let out = &mut out_row[h * head_dim..(h + 1) * head_dim];
+        if vectorized {
+            // SAFETY: `available()` checked; `out` holds `head_dim` (a multiple of 8) values
+            // and every value row `at + head_dim`.
+            unsafe { simd::weighted_sum(probs, |j| rows[j].1[at..].as_ptr(), out) };
+        } else {
+            weighted_sum(probs, |j| &rows[j].1[at..at + head_dim], out);
+        }
     }
     metrics
 }
@@ -138,7 +165,7 @@ fn softmax_in_place(x: &mut [f32]) {
     let mut j = 0;
     if simd::available() {
         while let Some(chunk) = x.get_mut(j..j + 8) {
-            // SAFETY: AVX2+FMA checked by `available()`; `chunk` holds 8 values.
+            // SAFETY: `available()` checked; `chunk` holds 8 values.
             unsafe { simd::exp8_shifted(chunk, max) };
             j += 8;
         }
@@ -153,12 +180,12 @@ fn softmax_in_place(x: &mut [f32]) {
 }
 
 // Cephes' expf: exp(x) = 2^n * p(r), n = floor(x log2(e) + 1/2), r = x - n ln(2) in two parts.
-const LOG2E: f32 = std::f32::consts::LOG2_E;
-const LN2_HI: f32 = 0.693_359_4;
-const LN2_LO: f32 = -2.121_944_4e-4;
-const EXP_POLY: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
+pub(crate) const LOG2E: f32 = std::f32::consts::LOG2_E;
+pub(crate) const LN2_HI: f32 = 0.693_359_4;
+pub(crate) const LN2_LO: f32 = -2.121_944_4e-4;
+pub(crate) const EXP_POLY: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
 /// Below this exp(x) would leave f32's normal range; softmax weights that small are noise.
-const EXP_MIN_ARG: f32 = -87.336_55;
+pub(crate) const EXP_MIN_ARG: f32 = -87.336_55;
 
 /// `exp(x)` for `x <= 0` within about 2 ulp, as the same fma sequence `simd::exp8_shifted`
 /// runs per lane (so a score's weight does not depend on which path computed it). libm's
@@ -193,112 +220,12 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     sum
 }
 
-/// AVX2 paths: scores of 8 keys at once (their 8 lane accumulators are reduced together by
-/// `hadd`s, which leaves one key's sum per lane instead of a horizontal sum per key), and the
-/// softmax's exp 8 scores at a time.
-mod simd {
-    pub(super) fn available() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
+/// `out = sum_j probs[j] * value(j)`, one fma per key in key order (the operations of
+/// `simd::weighted_sum`, which serves every head size that is a multiple of 8).
+fn weighted_sum<'a, T: KvElem>(probs: &[f32], value: impl Fn(usize) -> &'a [T], out: &mut [f32]) {
+    for (d, o) in out.iter_mut().enumerate() {
+        *o = probs.iter().enumerate().fold(0.0, |acc, (j, &p)| p.mul_add(value(j)[d].to_f32(), acc));
     }
-
-    /// `out[j] = dot(q, keys[j][at..at + q.len()]) * scale` with `dot`'s lanes and tree.
-    /// Caller guarantees AVX2+FMA, `q.len() % 8 == 0`, `keys[j].len() >= at + q.len()`,
-    /// `out.len() >= 8`.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn dot8(q: &[f32], keys: &[&[f32]; 8], at: usize, scale: f32, out: &mut [f32]) {
-        use std::arch::x86_64::*;
-        let mut acc = [_mm256_setzero_ps(); 8];
-        for c in (0..q.len()).step_by(8) {
-            let qc = _mm256_loadu_ps(q.as_ptr().add(c));
-            for j in 0..8 {
-                acc[j] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(keys[j].as_ptr().add(at + c)), acc[j]);
-            }
-        }
-        // hadd twice: lane j of the low (high) half of `u0`/`u1` holds key j's lanes 0..4
-        // (4..8) summed as (0 + 1) + (2 + 3); adding the halves completes `dot`'s tree.
-        let t0 = _mm256_hadd_ps(acc[0], acc[1]);
-        let t1 = _mm256_hadd_ps(acc[2], acc[3]);
-        let t2 = _mm256_hadd_ps(acc[4], acc[5]);
-        let t3 = _mm256_hadd_ps(acc[6], acc[7]);
-        let (u0, u1) = (_mm256_hadd_ps(t0, t1), _mm256_hadd_ps(t2, t3));
-        let lo = _mm256_permute2f128_ps::<0x20>(u0, u1);
-        let hi = _mm256_permute2f128_ps::<0x31>(u0, u1);
-        let sums = _mm256_add_ps(lo, hi);
-        _mm256_storeu_ps(out.as_mut_ptr(), _mm256_mul_ps(sums, _mm256_set1_ps(scale)));
-    }
-
-    /// `x[l] = exp_nonpositive(x[l] - max)` for the 8 values of `x`, lane for lane the same
-    /// operations. Caller guarantees AVX2+FMA and `x.len() >= 8`.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn exp8_shifted(x: &mut [f32], max: f32) {
-        use super::{EXP_MIN_ARG, EXP_POLY, LN2_HI, LN2_LO, LOG2E};
-        use std::arch::x86_64::*;
-        let v = _mm256_sub_ps(_mm256_loadu_ps(x.as_ptr()), _mm256_set1_ps(max));
-        let v = _mm256_max_ps(v, _mm256_set1_ps(EXP_MIN_ARG));
-        let n = _mm256_floor_ps(_mm256_fmadd_ps(v, _mm256_set1_ps(LOG2E), _mm256_set1_ps(0.5)));
-        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), v);
-        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
-        let mut p = _mm256_set1_ps(EXP_POLY[0]);
-        for &c in &EXP_POLY[1..] {
-            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-        }
-        let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
-        let exponent = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
-        let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(exponent));
-        _mm256_storeu_ps(x.as_mut_ptr(), _mm256_mul_ps(y, scale));
-    }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    pub(super) unsafe fn exp8_shifted(_: &mut [f32], _: f32) {
-        unreachable!("available() is false off x86_64")
-    }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    pub(super) unsafe fn dot8(_: &[f32], _: &[&[f32]; 8], _: usize, _: f32, _: &mut [f32]) {
-        unreachable!("available() is false off x86_64")
-    }
-}
-
-/// `out = sum_j probs[j] * value(j)`. Each chunk of the output row stays in registers over
-/// all keys (the widest chunk first: 64 floats are 8 independent fma chains), instead of
-/// loading and storing the output row once per key.
-fn weighted_sum<'a>(probs: &[f32], value: impl Fn(usize) -> &'a [f32], out: &mut [f32]) {
-    let mut d0 = weighted_chunks::<64>(probs, &value, out, 0);
-    d0 = weighted_chunks::<16>(probs, &value, out, d0);
-    for d in d0..out.len() {
-        out[d] = probs.iter().enumerate().fold(0.0, |acc, (j, &p)| p.mul_add(value(j)[d], acc));
-    }
-}
-
-/// `weighted_sum` for the `W`-wide chunks of `out` from `d0` on; returns where it stopped.
-fn weighted_chunks<'a, const W: usize>(
-    probs: &[f32],
-    value: &impl Fn(usize) -> &'a [f32],
-    out: &mut [f32],
-    mut d0: usize,
-) -> usize {
-    while d0 + W <= out.len() {
-        let mut acc = [0f32; W];
-        for (j, &p) in probs.iter().enumerate() {
-            if let Some(v) = value(j)[d0..].first_chunk::<W>() {
-                for d in 0..W {
-                    acc[d] = p.mul_add(v[d], acc[d]);
-                }
-            }
-        }
-        out[d0..d0 + W].copy_from_slice(&acc);
-        d0 += W;
-    }
-    d0
 }
 
 #[cfg(test)]
@@ -333,21 +260,56 @@ mod tests {
         }
     }
 
+    fn value(i: usize) -> f32 {
+        ((i * 2654435761) % 1999) as f32 / 999.5 - 1.0
+    }
+
+    /// A key's score is the same bits whether it falls in a block of 8 (the vector path) or
+    /// in the tail (the scalar `dot`), so a row's scores do not depend on its key count; the
+    /// same for f16 keys.
     #[test]
     fn blocked_scores_match_the_scalar_dot() {
         if !simd::available() {
             return;
         }
-        let value = |i: usize| ((i * 2654435761) % 1999) as f32 / 999.5 - 1.0;
         let (head_dim, at) = (64, 64);
         let q: Vec<f32> = (0..head_dim).map(|i| value(i + 7)).collect();
         let keys: Vec<Vec<f32>> = (0..8).map(|j| (0..2 * head_dim).map(|i| value(1000 * j + i)).collect()).collect();
-        let rows: [&[f32]; 8] = std::array::from_fn(|j| keys[j].as_slice());
+        let halves: Vec<Vec<f16>> = keys.iter().map(|k| k.iter().map(|&x| f16::from_f32(x)).collect()).collect();
         let mut out = [0f32; 8];
-        // SAFETY: AVX2+FMA checked above; every key row holds `at + head_dim` values.
+        let rows: [&[f32]; 8] = std::array::from_fn(|j| keys[j].as_slice());
+        // SAFETY: `available()` checked above; every key row holds `at + head_dim` values.
         unsafe { simd::dot8(&q, &rows, at, 0.125, &mut out) };
         for j in 0..8 {
             assert_eq!(out[j].to_bits(), (dot(&q, &keys[j][at..]) * 0.125).to_bits(), "key {j}");
         }
+        let rows: [&[f16]; 8] = std::array::from_fn(|j| halves[j].as_slice());
+        // SAFETY: as above.
+        unsafe { simd::dot8(&q, &rows, at, 0.125, &mut out) };
+        for j in 0..8 {
+            let k: Vec<f32> = halves[j][at..].iter().map(|v| v.to_f32()).collect();
+            assert_eq!(out[j].to_bits(), (dot(&q, &k) * 0.125).to_bits(), "f16 key {j}");
+        }
+    }
+
+    /// The vector weighted sum is the scalar one bit for bit, for f32 and f16 values.
+    #[test]
+    fn vector_weighted_sum_matches_the_scalar_one() {
+        if !simd::available() {
+            return;
+        }
+        let (keys, width) = (37, 72);
+        let probs: Vec<f32> = (0..keys).map(|j| value(j + 3).abs() / keys as f32).collect();
+        let values: Vec<Vec<f32>> = (0..keys).map(|j| (0..width).map(|d| value(500 * j + d)).collect()).collect();
+        let halves: Vec<Vec<f16>> = values.iter().map(|v| v.iter().map(|&x| f16::from_f32(x)).collect()).collect();
+        let (mut scalar, mut vector) = (vec![0f32; width], vec![0f32; width]);
+        weighted_sum(&probs, |j| values[j].as_slice(), &mut scalar);
+        // SAFETY: `available()` checked; every value row holds `width` (a multiple of 8) values.
+        unsafe { simd::weighted_sum(&probs, |j| values[j].as_ptr(), &mut vector) };
+        assert_eq!(scalar, vector);
+        weighted_sum(&probs, |j| halves[j].as_slice(), &mut scalar);
+        // SAFETY: as above.
+        unsafe { simd::weighted_sum(&probs, |j| halves[j].as_ptr(), &mut vector) };
+        assert_eq!(scalar, vector);
     }
 }

@@ -1,23 +1,74 @@
+use half::f16;
+
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 
+/// How the cache stores K and V values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvDtype {
+    /// Exact: what candle-transformers' models keep, so the engine stays bit-comparable
+    /// with them.
+    #[default]
+    F32,
+    /// Half the bytes (as llama.cpp's default cache): a decode step streams the whole context's
+    /// K/V from memory, so this cuts the attention's memory traffic in half. Values are rounded
+    /// to f16 (about 3 decimal digits) once, when a step computes them, whether or not they are
+    /// persisted, so results still do not depend on chunking or batching.
+    F16,
+}
+
 /// Paged KV storage: per layer, K and V of shape `[num_blocks, block_size, kv_heads, head_dim]`,
-/// allocated once. Plain `Vec<f32>` rather than tensors because the attention kernel reads
+/// allocated once. Plain vectors rather than tensors because the attention kernel reads
 /// single rows through block tables and writes single slots, which tensor ops would copy.
 pub struct KvCache {
     layers: Vec<LayerKv>,
     num_blocks: usize,
     block_size: usize,
     row_len: usize,
+    dtype: KvDtype,
+}
+
+/// One layer's K or V values in the cache's dtype.
+pub enum KvRows {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
 }
 
 pub struct LayerKv {
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
+    pub k: KvRows,
+    pub v: KvRows,
+}
+
+impl KvRows {
+    fn zeros(dtype: KvDtype, len: usize) -> Self {
+        match dtype {
+            KvDtype::F32 => KvRows::F32(vec![0.0; len]),
+            KvDtype::F16 => KvRows::F16(vec![f16::ZERO; len]),
+        }
+    }
+
+    fn write(&mut self, at: usize, values: &[f32]) {
+        match self {
+            KvRows::F32(d) => d[at..at + values.len()].copy_from_slice(values),
+            KvRows::F16(d) => d[at..at + values.len()].iter_mut().zip(values).for_each(|(d, &x)| *d = f16::from_f32(x)),
+        }
+    }
+
+    /// `len` values from `at`, as f32.
+    pub fn read(&self, at: usize, len: usize) -> Vec<f32> {
+        match self {
+            KvRows::F32(d) => d[at..at + len].to_vec(),
+            KvRows::F16(d) => d[at..at + len].iter().map(|v| v.to_f32()).collect(),
+        }
+    }
 }
 
 impl KvCache {
     pub fn new(config: &ModelConfig, num_blocks: usize, block_size: usize) -> Result<Self> {
+        Self::with_dtype(config, num_blocks, block_size, KvDtype::F32)
+    }
+
+    pub fn with_dtype(config: &ModelConfig, num_blocks: usize, block_size: usize, dtype: KvDtype) -> Result<Self> {
         if num_blocks == 0 || block_size == 0 {
             return Err(ModelError::KvCache(format!(
                 "need at least one block of at least one slot (got {num_blocks} x {block_size})"
@@ -26,14 +77,19 @@ impl KvCache {
         let row_len = config.num_kv_heads * config.head_dim;
         let len = num_blocks * block_size * row_len;
         let layers = (0..config.num_layers)
-            .map(|_| LayerKv { k: vec![0.0; len], v: vec![0.0; len] })
+            .map(|_| LayerKv { k: KvRows::zeros(dtype, len), v: KvRows::zeros(dtype, len) })
             .collect();
-        Ok(Self { layers, num_blocks, block_size, row_len })
+        Ok(Self { layers, num_blocks, block_size, row_len, dtype })
     }
 
     /// Blocks that fit in `budget_bytes`, so callers size the pool from memory, not a guess.
-    pub fn blocks_for_budget(config: &ModelConfig, block_size: usize, budget_bytes: usize) -> usize {
-        budget_bytes / (config.kv_bytes_per_token() * block_size).max(1)
+    pub fn blocks_for_budget(config: &ModelConfig, block_size: usize, budget_bytes: usize, dtype: KvDtype) -> usize {
+        let per_token = config.kv_bytes_per_token() / if dtype == KvDtype::F16 { 2 } else { 1 };
+        budget_bytes / (per_token * block_size).max(1)
+    }
+
+    pub fn dtype(&self) -> KvDtype {
+        self.dtype
     }
 
     pub fn num_blocks(&self) -> usize {
@@ -67,15 +123,15 @@ impl KvCache {
             }
             let dst = slot as usize * row_len;
             let src = row * row_len;
-            kv.k[dst..dst + row_len].copy_from_slice(&k[src..src + row_len]);
-            kv.v[dst..dst + row_len].copy_from_slice(&v[src..src + row_len]);
+            kv.k.write(dst, &k[src..src + row_len]);
+            kv.v.write(dst, &v[src..src + row_len]);
         }
     }
 
     /// K and V of one slot in one layer (tests compare committed K/V against a fresh prefill).
-    pub fn read_slot(&self, layer: usize, slot: usize) -> (&[f32], &[f32]) {
+    pub fn read_slot(&self, layer: usize, slot: usize) -> (Vec<f32>, Vec<f32>) {
         let kv = &self.layers[layer];
         let start = slot * self.row_len;
-        (&kv.k[start..start + self.row_len], &kv.v[start..start + self.row_len])
+        (kv.k.read(start, self.row_len), kv.v.read(start, self.row_len))
     }
 }

@@ -4,6 +4,7 @@
 //! directory's tokenizer.json.
 
 pub mod attention;
+mod attention_simd;
 pub mod attention_exact;
 pub mod batch;
 pub mod config;
@@ -22,7 +23,7 @@ pub mod runner;
 pub use batch::{ForwardBatch, SeqSpan};
 pub use config::{Architecture, ModelConfig};
 pub use error::{ModelError, Result};
-pub use kv_cache::KvCache;
+pub use kv_cache::{KvCache, KvDtype};
 pub use linear::{AttentionKernel, MatmulMode};
 pub use metrics::AttnMetrics;
 pub use model::{ForwardOutput, Model};

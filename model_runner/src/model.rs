@@ -8,7 +8,7 @@ use crate::attention_exact::exact_attention;
 use crate::batch::ForwardBatch;
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
-use crate::kv_cache::KvCache;
+use crate::kv_cache::{KvCache, KvDtype};
 use crate::linear::{AttentionKernel, Linear, MatmulMode};
 use crate::metrics::AttnMetrics;
 use crate::ops;
@@ -150,7 +150,7 @@ impl Model {
         let last_layer = self.layers.len().saturating_sub(1);
         for (l, layer) in self.layers.iter().enumerate() {
             let h = ops::rms_norm(&x, &layer.attn_norm, eps);
-            let [mut q, mut k, v] = Linear::forward_many([&layer.wq, &layer.wk, &layer.wv], &h, rows)?;
+            let [mut q, mut k, mut v] = Linear::forward_many([&layer.wq, &layer.wk, &layer.wv], &h, rows)?;
             if let Some(w) = &layer.q_norm {
                 q = ops::rms_norm(&q, w, eps);
             }
@@ -159,6 +159,11 @@ impl Model {
             }
             self.rope.apply(&mut q, cfg.num_heads, &batch.positions);
             self.rope.apply(&mut k, cfg.num_kv_heads, &batch.positions);
+            if cache.dtype() == KvDtype::F16 {
+                // Rounded once here, so a key reads the same from this step as from the cache.
+                ops::round_to_f16(&mut k);
+                ops::round_to_f16(&mut v);
+            }
             cache.store(l, &batch.slot_mapping, &k, &v);
             let qkv = StepQkv { q: &q, k: &k, v: &v };
             let (attn, metrics) = if self.exact_attention {

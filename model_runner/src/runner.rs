@@ -5,7 +5,7 @@ use candle_core::quantized::gguf_file;
 
 use crate::batch::ForwardBatch;
 use crate::error::{ModelError, Result};
-use crate::kv_cache::KvCache;
+use crate::kv_cache::{KvCache, KvDtype};
 use crate::linear::MatmulMode;
 use crate::model::{ForwardOutput, Model};
 use crate::tokenizer::GgufTokenizer;
@@ -65,7 +65,11 @@ pub struct ModelRunner {
 
 impl ModelRunner {
     pub fn new(model: Model, num_blocks: usize, block_size: usize) -> Result<Self> {
-        let cache = KvCache::new(model.config(), num_blocks, block_size)?;
+        Self::with_kv_dtype(model, num_blocks, block_size, KvDtype::F32)
+    }
+
+    pub fn with_kv_dtype(model: Model, num_blocks: usize, block_size: usize, dtype: KvDtype) -> Result<Self> {
+        let cache = KvCache::with_dtype(model.config(), num_blocks, block_size, dtype)?;
         Ok(Self { model, cache })
     }
 

@@ -59,6 +59,9 @@ pub struct ThroughputArgs {
     /// from 96 rows), dense (f32 GEMM from 8 rows) or quantized (candle's kernels).
     #[arg(long, default_value = "int8", value_parser = entrobatch::bench::throughput::parse_matmul_mode)]
     pub matmul: entrobatch::MatmulMode,
+    /// KV cache values: f32 (exact, the default) or f16 (half the memory and attention traffic).
+    #[arg(long, default_value = "f32", value_parser = entrobatch::bench::throughput::parse_kv_dtype)]
+    pub kv_cache_dtype: entrobatch::KvDtype,
 }
 
 pub fn run_bench(command: BenchCommand) -> Result<()> {
@@ -85,7 +88,7 @@ fn throughput(args: ThroughputArgs) -> Result<()> {
             concurrency,
             // The baseline does not depend on concurrency: measure it once.
             baseline_requests: if i == 0 { args.baseline_requests } else { 0 },
-            engine: Some(entrobatch::bench::throughput::engine_config_with(&model, args.matmul)),
+            engine: Some(entrobatch::bench::throughput::engine_config_with(&model, args.matmul, args.kv_cache_dtype)),
             decoding: Default::default(),
         };
         let bar = ProgressBar::new(args.requests as u64);

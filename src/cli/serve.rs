@@ -34,6 +34,10 @@ pub struct ServeArgs {
     /// KV cache size in MiB.
     #[arg(long, default_value_t = 1024)]
     pub kv_cache_mb: usize,
+    /// KV cache values: f32 (exact, the default) or f16 (twice the tokens in the same memory,
+    /// less memory traffic per decode step; values rounded to f16).
+    #[arg(long, default_value = "f32", value_parser = entrobatch::bench::throughput::parse_kv_dtype)]
+    pub kv_cache_dtype: entrobatch::KvDtype,
     /// The model id clients send; default: the model file's stem.
     #[arg(long)]
     pub served_model_name: Option<String>,
@@ -54,6 +58,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     config.max_num_batched_tokens = args.max_num_batched_tokens;
     config.max_model_len = args.max_model_len;
     config.kv_cache_bytes = args.kv_cache_mb << 20;
+    config.kv_cache_dtype = args.kv_cache_dtype;
     if args.fast_matmul {
         config.matmul_mode = MatmulMode::fast();
     }

@@ -1,0 +1,150 @@
+//! AVX2 paths of the fused attention kernel, generic over how the KV cache stores a value
+//! (`f32`, or `f16` converted 8 at a time by F16C): the scores of 8 keys at once (their 8
+//! lane accumulators reduced together by `hadd`s, one key's sum per lane instead of a
+//! horizontal sum per key), the softmax's exp 8 scores at a time, and the probability-weighted
+//! sum of value rows. Each performs, lane for lane, the operations of the scalar code in
+//! `attention.rs`, so a result does not depend on which path computed it.
+
+use half::f16;
+
+/// A value type the KV cache can hold.
+pub trait KvElem: Copy + Send + Sync + 'static {
+    fn to_f32(self) -> f32;
+    /// Eight values from `p` as f32. Caller guarantees AVX2+F16C and 8 readable values.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+}
+
+impl KvElem for f32 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        std::arch::x86_64::_mm256_loadu_ps(p)
+    }
+}
+
+impl KvElem for f16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+    }
+}
+
+pub(crate) fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use imp::*;
+
+#[cfg(target_arch = "x86_64")]
+mod imp {
+    use std::arch::x86_64::*;
+
+    use super::KvElem;
+    use crate::attention::{EXP_MIN_ARG, EXP_POLY, LN2_HI, LN2_LO, LOG2E};
+
+    /// `out[j] = dot(q, keys[j][at..at + q.len()]) * scale` with `attention::dot`'s lanes and
+    /// tree. Caller guarantees `available()`, `q.len() % 8 == 0`, `keys[j].len() >= at +
+    /// q.len()`, `out.len() >= 8`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn dot8<T: KvElem>(q: &[f32], keys: &[&[T]; 8], at: usize, scale: f32, out: &mut [f32]) {
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for c in (0..q.len()).step_by(8) {
+            let qc = _mm256_loadu_ps(q.as_ptr().add(c));
+            for j in 0..8 {
+                acc[j] = _mm256_fmadd_ps(qc, T::load8(keys[j].as_ptr().add(at + c)), acc[j]);
+            }
+        }
+        // hadd twice: lane j of the low (high) half of `u0`/`u1` holds key j's lanes 0..4
+        // (4..8) summed as (0 + 1) + (2 + 3); adding the halves completes `dot`'s tree.
+        let t0 = _mm256_hadd_ps(acc[0], acc[1]);
+        let t1 = _mm256_hadd_ps(acc[2], acc[3]);
+        let t2 = _mm256_hadd_ps(acc[4], acc[5]);
+        let t3 = _mm256_hadd_ps(acc[6], acc[7]);
+        let (u0, u1) = (_mm256_hadd_ps(t0, t1), _mm256_hadd_ps(t2, t3));
+        let lo = _mm256_permute2f128_ps::<0x20>(u0, u1);
+        let hi = _mm256_permute2f128_ps::<0x31>(u0, u1);
+        let sums = _mm256_add_ps(lo, hi);
+        _mm256_storeu_ps(out.as_mut_ptr(), _mm256_mul_ps(sums, _mm256_set1_ps(scale)));
+    }
+
+    /// `x[l] = attention::exp_nonpositive(x[l] - max)` for the 8 values of `x`, lane for lane
+    /// the same operations. Caller guarantees `available()` and `x.len() >= 8`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(crate) unsafe fn exp8_shifted(x: &mut [f32], max: f32) {
+        let v = _mm256_sub_ps(_mm256_loadu_ps(x.as_ptr()), _mm256_set1_ps(max));
+        let v = _mm256_max_ps(v, _mm256_set1_ps(EXP_MIN_ARG));
+        let n = _mm256_floor_ps(_mm256_fmadd_ps(v, _mm256_set1_ps(LOG2E), _mm256_set1_ps(0.5)));
+        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), v);
+        let r = _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_LO), r);
+        let mut p = _mm256_set1_ps(EXP_POLY[0]);
+        for &c in &EXP_POLY[1..] {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+        }
+        let y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
+        let exponent = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+        let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(exponent));
+        _mm256_storeu_ps(x.as_mut_ptr(), _mm256_mul_ps(y, scale));
+    }
+
+    /// `out[d] = sum_j probs[j] * value(j)[d]`, one fma per key in key order from zero (as
+    /// `attention::weighted_sum`); each 64-wide chunk of `out` stays in 8 registers over all
+    /// keys. Caller guarantees `available()`, `out.len() % 8 == 0` and `out.len()` readable
+    /// values at every `value(j)`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn weighted_sum<T: KvElem>(probs: &[f32], value: impl Fn(usize) -> *const T, out: &mut [f32]) {
+        let mut d0 = 0;
+        while d0 + 64 <= out.len() {
+            let mut acc = [_mm256_setzero_ps(); 8];
+            for (j, &p) in probs.iter().enumerate() {
+                let (p, v) = (_mm256_set1_ps(p), value(j).add(d0));
+                for c in 0..8 {
+                    acc[c] = _mm256_fmadd_ps(p, T::load8(v.add(8 * c)), acc[c]);
+                }
+            }
+            for c in 0..8 {
+                _mm256_storeu_ps(out.as_mut_ptr().add(d0 + 8 * c), acc[c]);
+            }
+            d0 += 64;
+        }
+        while d0 + 8 <= out.len() {
+            let mut acc = _mm256_setzero_ps();
+            for (j, &p) in probs.iter().enumerate() {
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(p), T::load8(value(j).add(d0)), acc);
+            }
+            _mm256_storeu_ps(out.as_mut_ptr().add(d0), acc);
+            d0 += 8;
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod fallback {
+    //! Never called: `available()` is false off x86_64.
+    use super::KvElem;
+    pub(crate) unsafe fn dot8<T: KvElem>(_: &[f32], _: &[&[T]; 8], _: usize, _: f32, _: &mut [f32]) {}
+    pub(crate) unsafe fn exp8_shifted(_: &mut [f32], _: f32) {}
+    pub(crate) unsafe fn weighted_sum<T: KvElem>(_: &[f32], _: impl Fn(usize) -> *const T, _: &mut [f32]) {}
+}
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) use fallback::*;
