@@ -302,7 +302,7 @@ fn scalar_attention(q: &[f32], k: &[f32], v: &[f32], ctx: usize, (h, kvh, d): (u
             let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let mut sum = 0f32;
             for x in row.iter_mut() {
-                *x = entrobatch::model_runner::attention::exp_nonpositive(*x - max);
+                *x = entrobatch::model_runner::softmax::exp_nonpositive(*x - max);
                 sum += *x;
             }
             let inv = 1.0 / sum;

@@ -61,7 +61,7 @@ mod imp {
     use std::arch::x86_64::*;
 
     use super::KvElem;
-    use crate::attention::{EXP_MIN_ARG, EXP_POLY, LN2_HI, LN2_LO, LOG2E};
+    use crate::softmax::{EXP_MIN_ARG, EXP_POLY, LN2_HI, LN2_LO, LOG2E};
 
     /// `out[j] = dot(q, keys[j][at..at + q.len()]) * scale` with `attention::dot`'s lanes and
     /// tree. Caller guarantees `available()`, `q.len() % 8 == 0`, `keys[j].len() >= at +

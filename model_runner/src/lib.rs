@@ -19,6 +19,7 @@ pub mod model;
 pub mod ops;
 pub mod rope;
 pub mod runner;
+pub mod softmax;
 
 pub use batch::{ForwardBatch, SeqSpan};
 pub use config::{Architecture, ModelConfig};
