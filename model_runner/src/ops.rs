@@ -87,7 +87,7 @@ mod tests {
     use super::*;
 
     fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n).map(|i| ((i as u32 * 2654435761u32 ^ seed) % 2001) as f32 / 250.0 - 4.0).collect()
+        (0..n).map(|i| ((i as u32).wrapping_mul(2654435761) ^ seed) % 2001).map(|v| v as f32 / 250.0 - 4.0).collect()
     }
 
     fn candle(t: candle_core::Result<Tensor>) -> Vec<f32> {
