@@ -3,7 +3,7 @@ use rayon::prelude::*;
 
 use crate::attention_simd::{self as simd, KvElem};
 use crate::batch::SeqSpan;
-use crate::kv_cache::{KvRows, LayerKv};
+use crate::kv_cache::LayerKv;
 use crate::metrics::{attention_metrics, AttnMetrics};
 use crate::softmax::softmax_in_place;
 
@@ -38,15 +38,13 @@ pub fn paged_attention(
     spans: &[SeqSpan],
     collect_metrics: bool,
 ) -> (Vec<f32>, Vec<Option<AttnMetrics>>) {
-    match (&cache.k, &cache.v) {
-        (KvRows::F32(k), KvRows::F32(v)) => attend_all(shape, qkv.q, (qkv.k, qkv.v), (k, v), spans, collect_metrics),
-        (KvRows::F16(k), KvRows::F16(v)) => {
+    match cache {
+        LayerKv::F32(c) => attend_all(shape, qkv.q, (qkv.k, qkv.v), (&c.k, &c.v), spans, collect_metrics),
+        LayerKv::F16(c) => {
             let step_k: Vec<f16> = qkv.k.iter().map(|&x| f16::from_f32(x)).collect();
             let step_v: Vec<f16> = qkv.v.iter().map(|&x| f16::from_f32(x)).collect();
-            attend_all(shape, qkv.q, (&step_k, &step_v), (k, v), spans, collect_metrics)
+            attend_all(shape, qkv.q, (&step_k, &step_v), (&c.k, &c.v), spans, collect_metrics)
         }
-        // `LayerKv` is built with K and V of one type; answer zeros rather than panic.
-        _ => (vec![0.0; qkv.q.len()], vec![None; spans.len()]),
     }
 }
 
@@ -134,7 +132,7 @@ fn attend_row<T: KvElem>(
             j0 += 8;
         }
     }
-    let mut k = vec![0f32; head_dim];
+    let mut k = vec![0f32; if j0 < num_keys { head_dim } else { 0 }];
     for (j, &(k_row, _)) in rows.iter().enumerate().skip(j0) {
         for h in 0..num_heads {
             let g = h / group;

@@ -40,8 +40,9 @@ pub fn exact_attention(
         let mut v_rows = Vec::with_capacity(n * kv_row_len);
         for j in 0..ctx {
             let slot = span.block_table[j / block_size] as usize * block_size + j % block_size;
-            k_rows.extend(cache.k.read(slot * kv_row_len, kv_row_len));
-            v_rows.extend(cache.v.read(slot * kv_row_len, kv_row_len));
+            let (k, v) = cache.read(slot * kv_row_len, kv_row_len);
+            k_rows.extend(k);
+            v_rows.extend(v);
         }
         let new = span.query_start * kv_row_len..(span.query_start + q_len) * kv_row_len;
         k_rows.extend_from_slice(&qkv.k[new.clone()]);

@@ -17,6 +17,19 @@ pub enum KvDtype {
     F16,
 }
 
+impl std::str::FromStr for KvDtype {
+    type Err = String;
+
+    /// `f32` or `f16`, as the command line spells them.
+    fn from_str(name: &str) -> std::result::Result<Self, String> {
+        match name {
+            "f32" => Ok(KvDtype::F32),
+            "f16" => Ok(KvDtype::F16),
+            other => Err(format!("unknown KV cache dtype `{other}` (f32 or f16)")),
+        }
+    }
+}
+
 /// Paged KV storage: per layer, K and V of shape `[num_blocks, block_size, kv_heads, head_dim]`,
 /// allocated once. Plain vectors rather than tensors because the attention kernel reads
 /// single rows through block tables and writes single slots, which tensor ops would copy.
@@ -28,37 +41,47 @@ pub struct KvCache {
     dtype: KvDtype,
 }
 
-/// One layer's K or V values in the cache's dtype.
-pub enum KvRows {
-    F32(Vec<f32>),
-    F16(Vec<f16>),
+/// One layer's K and V in the cache's dtype (both always of the same one).
+pub enum LayerKv {
+    F32(KvValues<f32>),
+    F16(KvValues<f16>),
 }
 
-pub struct LayerKv {
-    pub k: KvRows,
-    pub v: KvRows,
+pub struct KvValues<T> {
+    pub k: Vec<T>,
+    pub v: Vec<T>,
 }
 
-impl KvRows {
+impl LayerKv {
     fn zeros(dtype: KvDtype, len: usize) -> Self {
         match dtype {
-            KvDtype::F32 => KvRows::F32(vec![0.0; len]),
-            KvDtype::F16 => KvRows::F16(vec![f16::ZERO; len]),
+            KvDtype::F32 => LayerKv::F32(KvValues { k: vec![0.0; len], v: vec![0.0; len] }),
+            KvDtype::F16 => LayerKv::F16(KvValues { k: vec![f16::ZERO; len], v: vec![f16::ZERO; len] }),
         }
     }
 
-    fn write(&mut self, at: usize, values: &[f32]) {
+    fn write(&mut self, at: usize, k: &[f32], v: &[f32]) {
+        let n = k.len();
         match self {
-            KvRows::F32(d) => d[at..at + values.len()].copy_from_slice(values),
-            KvRows::F16(d) => d[at..at + values.len()].iter_mut().zip(values).for_each(|(d, &x)| *d = f16::from_f32(x)),
+            LayerKv::F32(kv) => {
+                kv.k[at..at + n].copy_from_slice(k);
+                kv.v[at..at + n].copy_from_slice(v);
+            }
+            LayerKv::F16(kv) => {
+                kv.k[at..at + n].iter_mut().zip(k).for_each(|(d, &x)| *d = f16::from_f32(x));
+                kv.v[at..at + n].iter_mut().zip(v).for_each(|(d, &x)| *d = f16::from_f32(x));
+            }
         }
     }
 
-    /// `len` values from `at`, as f32.
-    pub fn read(&self, at: usize, len: usize) -> Vec<f32> {
+    /// `len` K and V values from `at`, as f32.
+    pub fn read(&self, at: usize, len: usize) -> (Vec<f32>, Vec<f32>) {
         match self {
-            KvRows::F32(d) => d[at..at + len].to_vec(),
-            KvRows::F16(d) => d[at..at + len].iter().map(|v| v.to_f32()).collect(),
+            LayerKv::F32(kv) => (kv.k[at..at + len].to_vec(), kv.v[at..at + len].to_vec()),
+            LayerKv::F16(kv) => {
+                let widen = |d: &[f16]| d.iter().map(|x| x.to_f32()).collect();
+                (widen(&kv.k[at..at + len]), widen(&kv.v[at..at + len]))
+            }
         }
     }
 }
@@ -77,7 +100,7 @@ impl KvCache {
         let row_len = config.num_kv_heads * config.head_dim;
         let len = num_blocks * block_size * row_len;
         let layers = (0..config.num_layers)
-            .map(|_| LayerKv { k: KvRows::zeros(dtype, len), v: KvRows::zeros(dtype, len) })
+            .map(|_| LayerKv::zeros(dtype, len))
             .collect();
         Ok(Self { layers, num_blocks, block_size, row_len, dtype })
     }
@@ -123,15 +146,12 @@ impl KvCache {
             }
             let dst = slot as usize * row_len;
             let src = row * row_len;
-            kv.k.write(dst, &k[src..src + row_len]);
-            kv.v.write(dst, &v[src..src + row_len]);
+            kv.write(dst, &k[src..src + row_len], &v[src..src + row_len]);
         }
     }
 
     /// K and V of one slot in one layer (tests compare committed K/V against a fresh prefill).
     pub fn read_slot(&self, layer: usize, slot: usize) -> (Vec<f32>, Vec<f32>) {
-        let kv = &self.layers[layer];
-        let start = slot * self.row_len;
-        (kv.k.read(start, self.row_len), kv.v.read(start, self.row_len))
+        self.layers[layer].read(slot * self.row_len, self.row_len)
     }
 }

@@ -91,15 +91,6 @@ pub fn parse_matmul_mode(name: &str) -> std::result::Result<crate::MatmulMode, S
     }
 }
 
-/// `--kv-cache-dtype` values: `f32` (exact) or `f16` (half the memory and attention traffic).
-pub fn parse_kv_dtype(name: &str) -> std::result::Result<crate::KvDtype, String> {
-    match name {
-        "f32" => Ok(crate::KvDtype::F32),
-        "f16" => Ok(crate::KvDtype::F16),
-        other => Err(format!("unknown KV cache dtype `{other}` (f32 or f16)")),
-    }
-}
-
 /// The engine configuration a throughput run uses, with the given matmul mode and KV dtype.
 pub fn engine_config_with(model: &Path, mode: crate::MatmulMode, kv_dtype: crate::KvDtype) -> EngineConfig {
     let mut c = EngineConfig::new(model);

@@ -60,7 +60,7 @@ pub struct ThroughputArgs {
     #[arg(long, default_value = "int8", value_parser = entrobatch::bench::throughput::parse_matmul_mode)]
     pub matmul: entrobatch::MatmulMode,
     /// KV cache values: f32 (exact, the default) or f16 (half the memory and attention traffic).
-    #[arg(long, default_value = "f32", value_parser = entrobatch::bench::throughput::parse_kv_dtype)]
+    #[arg(long, default_value = "f32")]
     pub kv_cache_dtype: entrobatch::KvDtype,
 }
 

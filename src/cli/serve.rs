@@ -36,7 +36,7 @@ pub struct ServeArgs {
     pub kv_cache_mb: usize,
     /// KV cache values: f32 (exact, the default) or f16 (twice the tokens in the same memory,
     /// less memory traffic per decode step; values rounded to f16).
-    #[arg(long, default_value = "f32", value_parser = entrobatch::bench::throughput::parse_kv_dtype)]
+    #[arg(long, default_value = "f32")]
     pub kv_cache_dtype: entrobatch::KvDtype,
     /// The model id clients send; default: the model file's stem.
     #[arg(long)]
