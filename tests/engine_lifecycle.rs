@@ -125,6 +125,31 @@ fn requests_that_can_never_fit_are_rejected_at_submit() {
 }
 
 #[test]
+fn a_batch_submission_is_accepted_whole_or_not_at_all() {
+    let mut config = EngineConfig::new(tiny_model(&TinyModelSpec::llama(), "submit-all"));
+    config.num_blocks = Some(64);
+    config.max_queued_requests = 3;
+    let engine = Engine::start(config).expect("engine");
+    let ok = || Request::new(Prompt::Text("fine".into()), params(4));
+    let bad = Request::new(Prompt::TokenIds(vec![u32::MAX]), params(4));
+    let err = engine.submit_all(vec![ok(), bad, ok()]).err().expect("one bad request fails the batch");
+    assert!(matches!(err, EngineError::InvalidRequest(_)), "{err}");
+    assert_eq!(engine.in_flight(), 0, "nothing of a rejected batch may be queued");
+    let err = engine.submit_all((0..4).map(|_| ok()).collect()).err().expect("4 > max_queued_requests");
+    assert!(matches!(err, EngineError::QueueFull(3)), "{err}");
+    assert_eq!(engine.in_flight(), 0, "a batch over the queue limit takes no slot");
+    let outputs: Vec<_> = engine
+        .submit_all((0..3).map(|_| ok()).collect())
+        .expect("three fit")
+        .into_iter()
+        .map(|h| h.collect_blocking())
+        .collect();
+    assert!(outputs.iter().all(|o| o.error.is_none() && o.token_ids.len() == 4));
+    assert_eq!(outputs[0].token_ids, outputs[2].token_ids, "same prompt, greedy");
+    assert_eq!(EngineMetrics::get(&engine.metrics().kv_blocks_used), 0, "blocks leaked");
+}
+
+#[test]
 fn a_seeded_request_draws_the_same_tokens_alone_and_in_a_busy_batch() {
     let engine = tiny_engine("seed");
     let seeded = GenerationParams {

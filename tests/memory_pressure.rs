@@ -44,10 +44,9 @@ fn run_all(path: &Path, num_blocks: usize) -> Run {
         ignore_eos: true,
         ..GenerationParams::default()
     };
-    // All submitted before any is read: 50 requests are in flight together.
-    let handles: Vec<_> = (0..REQUESTS)
-        .map(|i| engine.submit(Request::new(Prompt::TokenIds(prompt(i)), params.clone())).expect("submit"))
-        .collect();
+    // One submission: the first step sees all 50 requests, however slow this thread is.
+    let requests = (0..REQUESTS).map(|i| Request::new(Prompt::TokenIds(prompt(i)), params.clone())).collect();
+    let handles = engine.submit_all(requests).expect("submit");
     let outputs = handles.into_iter().map(|h| h.collect_blocking()).collect();
     let metrics = engine.metrics().clone();
     let in_flight_at_end = engine.in_flight();

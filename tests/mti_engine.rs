@@ -125,14 +125,14 @@ fn batched_with_plain(path: &Path, num_blocks: usize, expect_preemption: bool) {
             _ => mti(-1.0, 1.5),
         })
         .collect();
-    let handles: Vec<_> = prompts
+    // One submission, so the first step sees every request and the pressure does not depend
+    // on how fast this thread submits.
+    let requests = prompts
         .iter()
         .zip(&decodings)
-        .map(|(p, d)| {
-            let request = entrobatch::Request::new(Prompt::TokenIds(p.clone()), params(SamplingParams::greedy(), d.clone(), N));
-            engine.submit(request).expect("submit")
-        })
+        .map(|(p, d)| entrobatch::Request::new(Prompt::TokenIds(p.clone()), params(SamplingParams::greedy(), d.clone(), N)))
         .collect();
+    let handles = engine.submit_all(requests).expect("submit");
     let outputs: Vec<GenerationOutput> = handles.into_iter().map(|h| h.collect_blocking()).collect();
     let metrics = engine.metrics().clone();
     engine.shutdown(entrobatch::ShutdownMode::Finish);

@@ -91,7 +91,7 @@ fn preemption_drops_the_window_and_resumes_from_committed_tokens() {
     let engine = start(config);
     let prompts: Vec<Vec<u32>> = (0..6).map(|i| prompt(500 + i, 18 + 5 * i as usize)).collect();
     let n = 24;
-    let handles: Vec<_> = prompts
+    let requests = prompts
         .iter()
         .enumerate()
         .map(|(i, p)| {
@@ -100,9 +100,11 @@ fn preemption_drops_the_window_and_resumes_from_committed_tokens() {
                 1 => wedlm_params(&parallel, n),
                 _ => plain_params(n),
             };
-            engine.submit(Request::new(Prompt::TokenIds(p.clone()), params)).unwrap()
+            Request::new(Prompt::TokenIds(p.clone()), params)
         })
         .collect();
+    // One submission, so the pool is under pressure from the first step whatever the timing.
+    let handles = engine.submit_all(requests).expect("submit");
     let outputs: Vec<_> = handles.into_iter().map(|h| h.collect_blocking()).collect();
     assert!(engine.metrics().preemptions.load(std::sync::atomic::Ordering::Relaxed) > 0, "no preemption happened");
     for (i, (p, out)) in prompts.iter().zip(&outputs).enumerate() {

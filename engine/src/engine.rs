@@ -220,27 +220,43 @@ impl Engine {
     }
 
     pub fn submit(&self, request: Request) -> Result<RequestHandle> {
-        let prompt_token_ids = self.tokenize_prompt(&request.prompt, &request.params)?;
-        self.validate(&request.params, prompt_token_ids.len())?;
-        if !self.metrics.try_reserve_in_flight(self.max_queued_requests as u64) {
-            self.metrics.requests_rejected.fetch_add(1, Ordering::Relaxed);
+        let mut handles = self.submit_all(vec![request])?;
+        Ok(handles.remove(0))
+    }
+
+    /// Submits requests as one batch: the loop admits them all before its next step, so a
+    /// batch is scheduled the same way whatever the timing. Either every request is accepted
+    /// or none is (the first invalid one's error is returned).
+    pub fn submit_all(&self, requests: Vec<Request>) -> Result<Vec<RequestHandle>> {
+        let prepared = requests
+            .into_iter()
+            .map(|request| {
+                let prompt_token_ids = self.tokenize_prompt(&request.prompt, &request.params)?;
+                self.validate(&request.params, prompt_token_ids.len())?;
+                Ok((prompt_token_ids, request.params))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let count = prepared.len() as u64;
+        if !self.metrics.try_reserve_in_flight(count, self.max_queued_requests as u64) {
+            self.metrics.requests_rejected.fetch_add(count, Ordering::Relaxed);
             return Err(EngineError::QueueFull(self.max_queued_requests));
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let seed = request.params.sampling.seed.unwrap_or_else(|| random_seed(id));
-        let (sender, events) = tokio::sync::mpsc::unbounded_channel();
-        let pending = PendingRequest {
-            id,
-            prompt_token_ids: prompt_token_ids.clone(),
-            params: request.params,
-            seed,
-            sender,
-        };
-        if self.commands.send(Command::Submit(Box::new(pending))).is_err() {
-            self.metrics.release_in_flight();
+        let mut pending = Vec::with_capacity(prepared.len());
+        let mut handles = Vec::with_capacity(prepared.len());
+        for (prompt_token_ids, params) in prepared {
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let seed = params.sampling.seed.unwrap_or_else(|| random_seed(id));
+            let (sender, events) = tokio::sync::mpsc::unbounded_channel();
+            handles.push(RequestHandle::new(id, prompt_token_ids.clone(), events, self.commands.clone()));
+            pending.push(PendingRequest { id, prompt_token_ids, params, seed, sender });
+        }
+        if self.commands.send(Command::Submit(pending)).is_err() {
+            for _ in 0..count {
+                self.metrics.release_in_flight();
+            }
             return Err(EngineError::ShutDown);
         }
-        Ok(RequestHandle::new(id, prompt_token_ids, events, self.commands.clone()))
+        Ok(handles)
     }
 
     pub fn abort(&self, id: u64) {
@@ -249,10 +265,7 @@ impl Engine {
 
     /// Runs every prompt to completion in one batch and returns outputs in prompt order.
     pub fn generate(&self, prompts: Vec<Prompt>, params: &GenerationParams) -> Result<Vec<GenerationOutput>> {
-        let handles = prompts
-            .into_iter()
-            .map(|p| self.submit(Request::new(p, params.clone())))
-            .collect::<Result<Vec<_>>>()?;
+        let handles = self.submit_all(prompts.into_iter().map(|p| Request::new(p, params.clone())).collect())?;
         Ok(handles.into_iter().map(RequestHandle::collect_blocking).collect())
     }
 

@@ -27,7 +27,8 @@ pub struct PendingRequest {
 }
 
 pub enum Command {
-    Submit(Box<PendingRequest>),
+    /// One or more requests, admitted together before the next step.
+    Submit(Vec<PendingRequest>),
     Abort(RequestId),
     /// Stop taking work; `finish_in_flight` decides between draining and aborting.
     Shutdown { finish_in_flight: bool },
@@ -72,7 +73,8 @@ impl EngineLoop {
         }
         // Submissions still queued in the channel never started: end their streams too.
         while let Ok(cmd) = self.commands.try_recv() {
-            if let Command::Submit(req) = cmd {
+            let Command::Submit(batch) = cmd else { continue };
+            for req in batch {
                 self.metrics.release_in_flight();
                 let _ = req.sender.send(Event::Finished {
                     reason: FinishReason::Abort,
@@ -117,7 +119,7 @@ impl EngineLoop {
 
     fn handle(&mut self, cmd: Command) -> bool {
         match cmd {
-            Command::Submit(req) => self.admit(*req),
+            Command::Submit(batch) => batch.into_iter().for_each(|req| self.admit(req)),
             Command::Abort(id) => self.finish_request(id, FinishReason::Abort, None),
             Command::Shutdown { finish_in_flight } => {
                 self.draining = true;

@@ -129,10 +129,10 @@ impl EngineMetrics {
         counter.load(Ordering::Relaxed)
     }
 
-    /// Reserves an in-flight slot unless `limit` are already taken.
-    pub fn try_reserve_in_flight(&self, limit: u64) -> bool {
+    /// Reserves `count` in-flight slots at once, or none if that would pass `limit`.
+    pub fn try_reserve_in_flight(&self, count: u64, limit: u64) -> bool {
         self.in_flight
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < limit).then_some(n + 1))
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n + count <= limit).then_some(n + count))
             .is_ok()
     }
 
