@@ -1,10 +1,12 @@
-//! Projection matmuls of SmolLM2-135M's shapes in the three `MatmulMode`s, side by side in one
+//! Projection matmuls of SmolLM2-135M's (or, with `BENCH_SHAPES=qwen`, Qwen2.5-0.5B's) shapes
+//! and GGUF formats in the three `MatmulMode`s, side by side in one
 //! process: candle's quantized kernels, the f32 GEMM of `DenseAbove` (forced for every row
 //! count here), and the int8 kernel. Weights are random values quantized like the GGUF
 //! (Q4_1 projections, Q8_0 lm_head). Every (shape, rows) point times the three modes in turn,
 //! `BENCH_ROUNDS` times (default 5), and keeps each mode's fastest round (the least disturbed by
 //! other load on the machine); compare the ratios, not the absolute times.
-//! Env: BENCH_ROUNDS, BENCH_ROWS (comma list, default 1,8,32,64,256), BENCH_JSON (output path).
+//! Env: BENCH_ROUNDS, BENCH_ROWS (comma list, default 1,8,32,64,256), BENCH_JSON (output path),
+//! BENCH_SHAPES (smollm2, the default, or qwen).
 
 use std::time::Instant;
 
@@ -18,13 +20,27 @@ const MODES: [(&str, MatmulMode); 3] = [
     ("int8", MatmulMode::Int8),
 ];
 
-/// (name, out, in, dtype, per-layer count): the SmolLM2-135M projections.
-const SHAPES: [(&str, usize, usize, GgmlDType, usize); 5] = [
-    ("q/o 576x576", 576, 576, GgmlDType::Q4_1, 2),
-    ("k/v 192x576", 192, 576, GgmlDType::Q4_1, 2),
-    ("gate/up 1536x576", 1536, 576, GgmlDType::Q4_1, 2),
-    ("down 576x1536", 576, 1536, GgmlDType::Q4_1, 1),
-    ("lm_head 49152x576", 49152, 576, GgmlDType::Q8_0, 0),
+/// (name, out, in, dtype, count per layer).
+type Shape = (&'static str, usize, usize, GgmlDType, f64);
+
+/// SmolLM2-135M Q4_1: Q4_1 projections, Q8_0 lm_head.
+const SMOLLM2: [Shape; 5] = [
+    ("q/o 576x576", 576, 576, GgmlDType::Q4_1, 2.0),
+    ("k/v 192x576", 192, 576, GgmlDType::Q4_1, 2.0),
+    ("gate/up 1536x576", 1536, 576, GgmlDType::Q4_1, 2.0),
+    ("down 576x1536", 576, 1536, GgmlDType::Q4_1, 1.0),
+    ("lm_head 49152x576", 49152, 576, GgmlDType::Q8_0, 0.0),
+];
+
+/// Qwen2.5-Coder-0.5B Q4_K_M: Q5_0 projections (half the v's are Q8_0, counted as Q5_0 here),
+/// half the downs Q4_K and half Q6_K, Q8_0 lm_head.
+const QWEN: [Shape; 6] = [
+    ("q/o 896x896", 896, 896, GgmlDType::Q5_0, 2.0),
+    ("k/v 128x896", 128, 896, GgmlDType::Q5_0, 2.0),
+    ("gate/up 4864x896", 4864, 896, GgmlDType::Q5_0, 2.0),
+    ("down q4k 896x4864", 896, 4864, GgmlDType::Q4K, 0.5),
+    ("down q6k 896x4864", 896, 4864, GgmlDType::Q6K, 0.5),
+    ("lm_head 151936x896", 151936, 896, GgmlDType::Q8_0, 0.0),
 ];
 
 fn random(n: usize, seed: u64) -> Vec<f32> {
@@ -61,11 +77,18 @@ fn main() -> anyhow::Result<()> {
         .ok()
         .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 8, 32, 64, 256]);
+    let shapes: &[Shape] = match std::env::var("BENCH_SHAPES").as_deref() {
+        Ok("qwen") => &QWEN,
+        _ => &SMOLLM2,
+    };
     let mut records = Vec::new();
     // Per-row-count totals over one transformer layer (weighted by per-layer counts).
     let mut layer = vec![[0.0f64; 3]; rows_list.len()];
-    println!("{:<20} {:>5} {:>12} {:>12} {:>12} {:>9} {:>9}", "shape", "rows", "quantized", "dense_f32", "int8", "q/int8", "f32/int8");
-    for (si, &(name, n, k, dtype, per_layer)) in SHAPES.iter().enumerate() {
+    println!(
+        "{:<20} {:>5} {:>12} {:>12} {:>12} {:>9} {:>9} {:>9}",
+        "shape", "rows", "quantized", "dense_f32", "int8", "q/int8", "f32/int8", "int8 GOPS"
+    );
+    for (si, &(name, n, k, dtype, per_layer)) in shapes.iter().enumerate() {
         let w = Tensor::from_vec(random(n * k, 7 + si as u64), (n, k), &Device::Cpu)?;
         let linears = MODES
             .iter()
@@ -81,21 +104,22 @@ fn main() -> anyhow::Result<()> {
             }
             let t: Vec<f64> = samples.into_iter().map(fastest).collect();
             for m in 0..3 {
-                layer[ri][m] += t[m] * per_layer as f64;
+                layer[ri][m] += t[m] * per_layer;
             }
+            let gops = 2.0 * (n * k * rows) as f64 / t[2] / 1e9;
             println!(
-                "{:<20} {:>5} {:>10.1}us {:>10.1}us {:>10.1}us {:>9.2} {:>9.2}",
-                name, rows, t[0] * 1e6, t[1] * 1e6, t[2] * 1e6, t[0] / t[2], t[1] / t[2]
+                "{:<20} {:>5} {:>10.1}us {:>10.1}us {:>10.1}us {:>9.2} {:>9.2} {:>9.1}",
+                name, rows, t[0] * 1e6, t[1] * 1e6, t[2] * 1e6, t[0] / t[2], t[1] / t[2], gops
             );
             records.push(serde_json::json!({
                 "shape": name, "out": n, "in": k, "dtype": format!("{dtype:?}"), "rows": rows,
                 "seconds": { "quantized": t[0], "dense_f32": t[1], "int8": t[2] },
                 "speedup_int8_vs_quantized": t[0] / t[2], "speedup_int8_vs_dense_f32": t[1] / t[2],
-                "int8_gops": 2.0 * (n * k * rows) as f64 / t[2] / 1e9,
+                "int8_gops": gops,
             }));
         }
     }
-    println!("\none layer's projections (2 q/o + 2 k/v + 2 gate/up + down):");
+    println!("\none layer's projections (each shape times its count per layer):");
     for (ri, &rows) in rows_list.iter().enumerate() {
         let t = layer[ri];
         println!(
