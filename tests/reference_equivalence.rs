@@ -21,10 +21,12 @@ const SMALL_POOL: usize = 20;
 
 type Steps = Vec<(u32, Vec<(u32, f32)>)>;
 
-/// `common::pressured_config` with 8 sequences; quantized mode is compared bit for bit, so it
-/// mirrors candle-transformers' attention ops too.
+/// `common::pressured_config` with 8 sequences and the exact f32 KV cache (the kernels are
+/// under test); quantized mode is compared bit for bit, so it mirrors candle-transformers'
+/// attention ops too.
 fn reference_config(path: &Path, matmul_mode: MatmulMode, num_blocks: usize) -> EngineConfig {
     let mut config = pressured_config(path, matmul_mode, num_blocks, 8);
+    config.kv_cache_dtype = Some(entrobatch::KvDtype::F32);
     if matmul_mode == MatmulMode::Quantized {
         config.attention_kernel = entrobatch::AttentionKernel::CandleMirror;
     }

@@ -19,8 +19,8 @@ pub struct EngineConfig {
     pub max_model_len: Option<usize>,
     pub enable_prefix_caching: bool,
     pub matmul_mode: MatmulMode,
-    /// How the KV cache stores values (`F16`: half the memory and attention traffic).
-    pub kv_cache_dtype: KvDtype,
+    /// How the KV cache stores values; `None` picks by model and mode (`kv_cache_dtype()`).
+    pub kv_cache_dtype: Option<KvDtype>,
     /// `CandleMirror` makes results bit-comparable with candle-transformers' models (tests).
     pub attention_kernel: AttentionKernel,
     /// Requests admitted but not yet finished beyond which `submit` answers `QueueFull`.
@@ -42,10 +42,25 @@ impl EngineConfig {
             max_model_len: None,
             enable_prefix_caching: true,
             matmul_mode: MatmulMode::default(),
-            kv_cache_dtype: KvDtype::default(),
+            kv_cache_dtype: None,
             attention_kernel: AttentionKernel::default(),
             max_queued_requests: 4096,
             faults: Default::default(),
         }
+    }
+
+    /// The KV cache's value type: the configured one, else f16 for a GGUF model under the int8
+    /// or dense kernels (as llama.cpp's and vLLM's default caches: half the memory, and a
+    /// decode step streams every cached K/V, about 6% of a SmolLM2 64-sequence run) and f32
+    /// where results are compared bit for bit with candle-transformers: the `Quantized` mode
+    /// and Hugging Face checkpoints (a directory).
+    pub fn kv_cache_dtype(&self) -> KvDtype {
+        self.kv_cache_dtype.unwrap_or({
+            if self.matmul_mode == MatmulMode::Quantized || self.model_path.is_dir() {
+                KvDtype::F32
+            } else {
+                KvDtype::F16
+            }
+        })
     }
 }

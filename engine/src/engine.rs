@@ -66,8 +66,9 @@ impl Engine {
             .max_model_len
             .unwrap_or(model_config.max_position_embeddings)
             .min(model_config.max_position_embeddings);
+        let kv_dtype = config.kv_cache_dtype();
         let num_blocks = config.num_blocks.unwrap_or_else(|| {
-            KvCache::blocks_for_budget(&model_config, config.block_size, config.kv_cache_bytes, config.kv_cache_dtype)
+            KvCache::blocks_for_budget(&model_config, config.block_size, config.kv_cache_bytes, kv_dtype)
         });
         let scheduler = Scheduler::new(SchedulerConfig {
             max_num_batched_tokens: config.max_num_batched_tokens,
@@ -78,7 +79,7 @@ impl Engine {
             enable_prefix_caching: config.enable_prefix_caching,
         })
         .map_err(|e| EngineError::Config(e.to_string()))?;
-        let runner = ModelRunner::with_kv_dtype(model, num_blocks, config.block_size, config.kv_cache_dtype)?;
+        let runner = ModelRunner::with_kv_dtype(model, num_blocks, config.block_size, kv_dtype)?;
         let chat_template = ChatTemplate::for_tokenizer(&tokenizer)?;
         let tokenizer = Arc::new(tokenizer);
         let metrics = Arc::new(EngineMetrics::default());

@@ -39,6 +39,9 @@ pub struct ThroughputReport {
     pub prompt_len: usize,
     pub output_len: usize,
     pub concurrency: usize,
+    /// The engine's matmul mode and KV cache value type, as run.
+    pub matmul_mode: String,
+    pub kv_cache_dtype: String,
     pub engine: PhaseRates,
     pub baseline: Option<PhaseRates>,
     pub baseline_requests: usize,
@@ -91,8 +94,9 @@ pub fn parse_matmul_mode(name: &str) -> std::result::Result<crate::MatmulMode, S
     }
 }
 
-/// The engine configuration a throughput run uses, with the given matmul mode and KV dtype.
-pub fn engine_config_with(model: &Path, mode: crate::MatmulMode, kv_dtype: crate::KvDtype) -> EngineConfig {
+/// The engine configuration a throughput run uses, with the given matmul mode and KV dtype
+/// (`None`: the engine's default for the model and mode).
+pub fn engine_config_with(model: &Path, mode: crate::MatmulMode, kv_dtype: Option<crate::KvDtype>) -> EngineConfig {
     let mut c = EngineConfig::new(model);
     c.matmul_mode = mode;
     c.kv_cache_dtype = kv_dtype;
@@ -111,6 +115,8 @@ pub fn run_with_prompts(
 ) -> Result<ThroughputReport> {
     let mut engine_config = config.engine.clone().unwrap_or_else(|| EngineConfig::new(&config.model));
     engine_config.max_num_seqs = config.concurrency;
+    let matmul_mode = format!("{:?}", engine_config.matmul_mode);
+    let kv_cache_dtype = format!("{:?}", engine_config.kv_cache_dtype());
     let engine = Engine::start(engine_config)?;
     let prompts = match prompts {
         Some(p) => p.to_vec(),
@@ -216,6 +222,8 @@ pub fn run_with_prompts(
         prompt_len: config.prompt_len,
         output_len: config.output_len,
         concurrency: config.concurrency,
+        matmul_mode,
+        kv_cache_dtype,
         output_speedup: baseline.as_ref().map(|b| engine_rates.output_tokens_per_s / b.output_tokens_per_s),
         total_speedup: baseline.as_ref().map(|b| engine_rates.total_tokens_per_s / b.total_tokens_per_s),
         engine: engine_rates,
@@ -261,8 +269,8 @@ fn display_name(path: &Path) -> String {
 /// A short fixed-width table of a report, engine against baseline.
 pub fn render_table(r: &ThroughputReport) -> String {
     let mut out = format!(
-        "{} | {} requests x ({} in + {} out), concurrency {}\n{:<22}{:>12}{:>12}{:>12}{:>12}\n",
-        r.model, r.requests, r.prompt_len, r.output_len, r.concurrency,
+        "{} | {} requests x ({} in + {} out), concurrency {} | {} matmul, {} KV cache\n{:<22}{:>12}{:>12}{:>12}{:>12}\n",
+        r.model, r.requests, r.prompt_len, r.output_len, r.concurrency, r.matmul_mode, r.kv_cache_dtype,
         "system", "prefill t/s", "decode t/s", "output t/s", "total t/s"
     );
     let mut row = |name: &str, p: &PhaseRates| {

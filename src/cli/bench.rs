@@ -59,9 +59,10 @@ pub struct ThroughputArgs {
     /// from 96 rows), dense (f32 GEMM from 8 rows) or quantized (candle's kernels).
     #[arg(long, default_value = "int8", value_parser = entrobatch::bench::throughput::parse_matmul_mode)]
     pub matmul: entrobatch::MatmulMode,
-    /// KV cache values: f32 (exact, the default) or f16 (half the memory and attention traffic).
-    #[arg(long, default_value = "f32")]
-    pub kv_cache_dtype: entrobatch::KvDtype,
+    /// KV cache values: f16 (half the memory and attention traffic; the default with the int8
+    /// and dense kernels) or f32 (exact; the default with --matmul quantized).
+    #[arg(long)]
+    pub kv_cache_dtype: Option<entrobatch::KvDtype>,
 }
 
 pub fn run_bench(command: BenchCommand) -> Result<()> {

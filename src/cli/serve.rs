@@ -34,10 +34,11 @@ pub struct ServeArgs {
     /// KV cache size in MiB.
     #[arg(long, default_value_t = 1024)]
     pub kv_cache_mb: usize,
-    /// KV cache values: f32 (exact, the default) or f16 (twice the tokens in the same memory,
-    /// less memory traffic per decode step; values rounded to f16).
-    #[arg(long, default_value = "f32")]
-    pub kv_cache_dtype: entrobatch::KvDtype,
+    /// KV cache values: f16 (twice the tokens in the same memory, less memory traffic per
+    /// decode step; the default for GGUF models with the int8 kernels) or f32 (exact; the
+    /// default with the quantized kernels and for safetensors checkpoints).
+    #[arg(long)]
+    pub kv_cache_dtype: Option<entrobatch::KvDtype>,
     /// The model id clients send; default: the model file's stem.
     #[arg(long)]
     pub served_model_name: Option<String>,
