@@ -51,16 +51,36 @@ impl EngineConfig {
 
     /// The KV cache's value type: the configured one, else f16 for a GGUF model under the int8
     /// or dense kernels (as llama.cpp's and vLLM's default caches: half the memory, and a
-    /// decode step streams every cached K/V, about 6% of a SmolLM2 64-sequence run) and f32
+    /// decode step streams every cached K/V; 1.11x the tokens/s of f32 on a SmolLM2
+    /// 64-sequence run, BENCHMARKS.md) and f32
     /// where results are compared bit for bit with candle-transformers: the `Quantized` mode
     /// and Hugging Face checkpoints (a directory).
     pub fn kv_cache_dtype(&self) -> KvDtype {
-        self.kv_cache_dtype.unwrap_or({
+        self.kv_cache_dtype.unwrap_or_else(|| {
             if self.matmul_mode == MatmulMode::Quantized || self.model_path.is_dir() {
                 KvDtype::F32
             } else {
                 KvDtype::F16
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kv_cache_dtype_defaults_to_f16_only_where_results_are_not_compared_with_candle() {
+        let gguf = EngineConfig::new("model.gguf");
+        assert_eq!(gguf.kv_cache_dtype(), KvDtype::F16);
+        let quantized = EngineConfig { matmul_mode: MatmulMode::Quantized, ..EngineConfig::new("model.gguf") };
+        assert_eq!(quantized.kv_cache_dtype(), KvDtype::F32);
+        let checkpoint_dir = std::env::temp_dir();
+        assert_eq!(EngineConfig::new(&checkpoint_dir).kv_cache_dtype(), KvDtype::F32);
+        let chosen = EngineConfig { kv_cache_dtype: Some(KvDtype::F32), ..EngineConfig::new("model.gguf") };
+        assert_eq!(chosen.kv_cache_dtype(), KvDtype::F32);
+        let chosen = EngineConfig { kv_cache_dtype: Some(KvDtype::F16), ..quantized };
+        assert_eq!(chosen.kv_cache_dtype(), KvDtype::F16);
     }
 }
