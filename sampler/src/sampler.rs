@@ -29,8 +29,9 @@ pub struct SampleInput<'a> {
 pub struct SampleOutput {
     pub token_id: u32,
     /// log-softmax of the raw logits at `token_id` (before bias, penalties and
-    /// temperature), like vLLM's default logprobs mode.
-    pub logprob: f32,
+    /// temperature), like vLLM's default logprobs mode; `None` unless `params.logprobs` is set
+    /// (the normalizer is a pass over the whole vocabulary, about 2% of a SmolLM2 step).
+    pub logprob: Option<f32>,
     /// Top-n of the same raw log-softmax, descending; empty unless `params.logprobs` is set.
     pub top_logprobs: Vec<(u32, f32)>,
 }
@@ -67,19 +68,16 @@ pub fn sample_row(row: &SampleInput<'_>) -> Result<SampleOutput, SamplerError> {
     row.params.validate(logits.len())?;
 
     let token_id = choose_token(row, scan.argmax)?;
+    let Some(n) = row.params.logprobs else {
+        return Ok(SampleOutput { token_id, logprob: None, top_logprobs: Vec::new() });
+    };
     // The maximum found while checking finiteness doubles as the softmax shift.
     let norm = Normalizer::with_max(logits, scan.max);
-    let logprob = logits
-        .get(token_id as usize)
-        .map_or(f32::NEG_INFINITY, |&l| norm.logprob(l));
-    let top_logprobs = match row.params.logprobs {
-        Some(n) => norm.top(logits, n),
-        None => Vec::new(),
-    };
+    let logprob = logits.get(token_id as usize).map_or(f32::NEG_INFINITY, |&l| norm.logprob(l));
     Ok(SampleOutput {
         token_id,
-        logprob,
-        top_logprobs,
+        logprob: Some(logprob),
+        top_logprobs: norm.top(logits, n),
     })
 }
 

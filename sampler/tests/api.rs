@@ -60,11 +60,8 @@ fn logprob_is_raw_log_softmax_even_when_penalties_change_the_choice() {
     };
     let out = sample_one(row(&[1.0, 2.0, 3.0], &p)).unwrap();
     assert_eq!(out.token_id, 0, "bias moves the choice");
-    assert!(
-        (out.logprob - (-2.407_606)).abs() < 1e-5,
-        "logprob {}",
-        out.logprob
-    );
+    let logprob = out.logprob.expect("logprobs were asked for");
+    assert!((logprob - (-2.407_606)).abs() < 1e-5, "logprob {logprob}");
     assert_eq!(out.top_logprobs.len(), 2);
     assert_eq!(out.top_logprobs[0].0, 2);
     assert_eq!(out.top_logprobs[1].0, 1);
@@ -72,6 +69,7 @@ fn logprob_is_raw_log_softmax_even_when_penalties_change_the_choice() {
     assert!((out.top_logprobs[1].1 - (-1.407_606)).abs() < 1e-5);
     let plain = sample_one(row(&[1.0, 2.0, 3.0], &SamplingParams::greedy())).unwrap();
     assert!(plain.top_logprobs.is_empty());
+    assert_eq!(plain.logprob, None, "not asked for, not computed");
 }
 
 #[test]

@@ -36,9 +36,9 @@ pub(super) fn sample_plain(input: &StrategyInput<'_>, logits: &[f32]) -> Result<
         step: input.output_token_ids.len() as u64,
     })
     .map_err(|e| format!("sampling failed: {e}"))?;
-    let logprob = input.sampling.logprobs.map(|_| TokenLogprob {
+    let logprob = out.logprob.map(|logprob| TokenLogprob {
         token_id: out.token_id,
-        logprob: out.logprob,
+        logprob,
         top_logprobs: out.top_logprobs,
     });
     Ok((out.token_id, logprob))
