@@ -3,12 +3,12 @@ use half::f16;
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 
-/// How the cache stores K and V values.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How the cache stores K and V values (the engine's default depends on the model and the
+/// matmul mode: `EngineConfig::kv_cache_dtype()`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KvDtype {
     /// Exact: what candle-transformers' models keep, so the engine stays bit-comparable
     /// with them.
-    #[default]
     F32,
     /// Half the bytes (as llama.cpp's default cache): a decode step streams the whole context's
     /// K/V from memory, so this cuts the attention's memory traffic in half. Values are rounded

@@ -126,7 +126,8 @@ pub fn matmul_many_with(
                 kernel_scalar::tile(&panel, &act, 0, rows, &mut tile);
             }
             let cols = PANEL.min(n - p * PANEL);
-            for (r, values) in tile.chunks_exact(PANEL).enumerate() {
+            let (tile_rows, _) = tile.as_chunks::<PANEL>();
+            for (r, values) in tile_rows.iter().enumerate() {
                 let at = y.at(r * n + p * PANEL);
                 // SAFETY: `y` points at a `rows * n` allocation (`outputs[i]`, untouched until
                 // every task is done), `r * n + p * PANEL + cols <= rows * n`, and panel `p` of
@@ -135,7 +136,7 @@ pub fn matmul_many_with(
                 // call per row and panel (about 3% of a Qwen2.5 step, mostly the lm_head).
                 unsafe {
                     if cols == PANEL {
-                        (at as *mut [f32; PANEL]).write_unaligned(values.try_into().unwrap_or([0.0; PANEL]));
+                        (at as *mut [f32; PANEL]).write_unaligned(*values);
                     } else {
                         std::ptr::copy_nonoverlapping(values.as_ptr(), at, cols);
                     }
