@@ -112,9 +112,9 @@ fn requests_that_can_never_fit_are_rejected_at_submit() {
         .expect("must be rejected");
     assert!(matches!(err, EngineError::NeverFits { .. }), "{err}");
     let err = engine.submit(Request::new(Prompt::TokenIds(vec![]), params(4))).err().unwrap();
-    assert!(matches!(err, EngineError::InvalidRequest(_)), "{err}");
+    assert!(matches!(err, EngineError::InvalidRequest { .. }), "{err}");
     let err = engine.submit(Request::new(Prompt::TokenIds(vec![u32::MAX]), params(4))).err().unwrap();
-    assert!(matches!(err, EngineError::InvalidRequest(_)), "{err}");
+    assert!(matches!(err, EngineError::InvalidRequest { .. }), "{err}");
     let mut bad = params(4);
     bad.sampling.top_p = 1.5;
     let err = engine.submit(Request::new(Prompt::Text("x".into()), bad)).err().unwrap();
@@ -133,7 +133,7 @@ fn a_batch_submission_is_accepted_whole_or_not_at_all() {
     let ok = || Request::new(Prompt::Text("fine".into()), params(4));
     let bad = Request::new(Prompt::TokenIds(vec![u32::MAX]), params(4));
     let err = engine.submit_all(vec![ok(), bad, ok()]).err().expect("one bad request fails the batch");
-    assert!(matches!(err, EngineError::InvalidRequest(_)), "{err}");
+    assert!(matches!(err, EngineError::InvalidRequest { .. }), "{err}");
     assert_eq!(engine.in_flight(), 0, "nothing of a rejected batch may be queued");
     let err = engine.submit_all((0..4).map(|_| ok()).collect()).err().expect("4 > max_queued_requests");
     assert!(matches!(err, EngineError::QueueFull(3)), "{err}");
@@ -189,10 +189,7 @@ fn streamed_text_equals_the_decoded_tokens_on_smollm2() {
     let mut config = EngineConfig::new(common::smollm2_path());
     config.num_blocks = Some(64);
     let engine = Engine::start(config).unwrap();
-    let chat = Prompt::Chat(vec![ChatMessage {
-        role: "user".into(),
-        content: "Write one sentence about café culture, with an emoji.".into(),
-    }]);
+    let chat = Prompt::Chat(vec![ChatMessage::new("user", "Write one sentence about café culture, with an emoji.")]);
     let mut p = params(40);
     p.ignore_eos = false;
     let mut handle = engine.submit(Request::new(chat, p)).unwrap();

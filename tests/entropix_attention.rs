@@ -342,9 +342,12 @@ struct SeqPlan {
     steps: Vec<usize>,
 }
 
+/// Per sequence, `(position, runner metrics)` of every span that asked for metrics.
+type SpanMetrics = Vec<Vec<(usize, AttnMetrics)>>;
+
 /// Runs the plan through the runner; returns per sequence `(position, runner metrics)` of every
 /// span that asked, and per sequence which positions went through a dense-GEMM step.
-fn drive(runner: &mut ModelRunner, plans: &[SeqPlan], block: usize, min_dense_rows: usize) -> (Vec<Vec<(usize, AttnMetrics)>>, Vec<Vec<bool>>) {
+fn drive(runner: &mut ModelRunner, plans: &[SeqPlan], block: usize, min_dense_rows: usize) -> (SpanMetrics, Vec<Vec<bool>>) {
     let num_steps = plans[0].steps.len();
     let mut done = vec![0usize; plans.len()];
     let mut got = vec![Vec::new(); plans.len()];
@@ -408,7 +411,7 @@ fn min_dense_rows(mode: MatmulMode) -> usize {
     }
 }
 
-fn run_runner(path: &Path, mode: MatmulMode, kernel: AttentionKernel) -> (Vec<SeqPlan>, Vec<Vec<(usize, AttnMetrics)>>, Vec<Vec<bool>>) {
+fn run_runner(path: &Path, mode: MatmulMode, kernel: AttentionKernel) -> (Vec<SeqPlan>, SpanMetrics, Vec<Vec<bool>>) {
     let (mut model, _) = load_gguf(path, mode).expect("load");
     model.set_attention_kernel(kernel);
     let plans = plans(model.config().vocab_size as u32);

@@ -103,6 +103,7 @@ impl Harness {
                 sampling: &self.sampling,
                 seed: 7,
                 return_metrics: false,
+                mask: None,
             })
             .expect("process");
         for t in &output.tokens {

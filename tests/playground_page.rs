@@ -1,7 +1,8 @@
 //! The playground route: `GET /` serves the self-contained page, and `GET /playground/info`
 //! reports whether WeDLM is usable, which must follow the checkpoint (a GGUF model has no
 //! mask token, a WeDLM checkpoint names one). The page's behaviour in a browser is checked
-//! by `scripts/playground-check`, outside the default test command.
+//! by `scripts/playground-check`, outside the default test command; here the page's script
+//! is checked by its text, e.g. that the "output format" setting reaches the request body.
 
 mod server_support;
 
@@ -13,6 +14,17 @@ fn header<'a>(headers: &'a str, name: &str) -> Option<&'a str> {
         let (key, value) = line.split_once(':')?;
         key.trim().eq_ignore_ascii_case(name).then(|| value.trim())
     })
+}
+
+/// The text of the page script's top-level `function name(...) { ... }` (or `async function`),
+/// up to its closing brace at the start of a line.
+fn js_function<'a>(html: &'a str, name: &str) -> &'a str {
+    let start = [format!("\nfunction {name}("), format!("\nasync function {name}(")]
+        .iter()
+        .find_map(|head| html.find(head.as_str()))
+        .unwrap_or_else(|| panic!("the page has no function {name}"));
+    let len = html[start..].find("\n}\n").unwrap_or_else(|| panic!("function {name} never closes"));
+    &html[start..start + len + 2]
 }
 
 #[test]
@@ -32,6 +44,65 @@ fn root_serves_the_page_and_info_follows_the_model() {
     for needle in ["id=\"prompt\"", "id=\"generate\"", "/v1/chat/completions", "return_metrics", "/playground/info"] {
         assert!(html.contains(needle), "page lacks {needle}");
     }
+
+    // Structured output is a shared setting: a select with its five formats, the inputs the
+    // formats need (the schema prefilled with a usable example), read into `common` with the
+    // other shared settings and sent by `requestBody` as `response_format` or
+    // `structured_outputs`; a schema that does not parse stops the request with a message.
+    assert!(html.contains("<select id=\"output-format\">"), "page lacks the output format select");
+    for option in [
+        "<option value=\"text\" selected>free text</option>",
+        "<option value=\"json_object\">JSON object</option>",
+        "<option value=\"json_schema\">JSON schema</option>",
+        "<option value=\"regex\">regex</option>",
+        "<option value=\"choice\">choice</option>",
+    ] {
+        assert!(html.contains(option), "output format lacks {option}");
+    }
+    for id in ["id=\"format-schema\"", "id=\"format-regex\"", "id=\"format-choice\""] {
+        assert!(html.contains(id), "page lacks {id}");
+    }
+    let schema_start = html.find("id=\"format-schema\"").unwrap();
+    let schema = &html[schema_start..];
+    let schema_end = schema.find("</textarea>").expect("the schema textarea closes");
+    let schema = &schema[schema.find('>').unwrap() + 1..schema_end];
+    let schema: serde_json::Value = serde_json::from_str(schema).expect("the prefilled schema is JSON");
+    assert_eq!(schema["type"], "object", "{schema}");
+    assert_eq!(schema["properties"]["name"]["type"], "string", "{schema}");
+    assert_eq!(schema["properties"]["age"]["type"], "integer", "{schema}");
+    assert_eq!(schema["properties"]["age"]["minimum"], 0, "{schema}");
+    assert_eq!(schema["properties"]["age"]["maximum"], 120, "{schema}");
+    assert_eq!(schema["required"], serde_json::json!(["name", "age"]), "{schema}");
+    assert_eq!(schema["additionalProperties"], false, "{schema}");
+
+    let read = js_function(&html, "readOutputFormat");
+    for needle in [
+        "$(\"#output-format\").value",
+        "JSON.parse($(\"#format-schema\").value)",
+        "throw new Error(`the JSON schema does not parse",
+        "{ type: \"json_object\" }",
+        "{ type: \"json_schema\", json_schema: { name: \"playground\", schema } }",
+        "{ regex }",
+        "$(\"#format-choice\").value.split(\",\")",
+        "{ choice }",
+    ] {
+        assert!(read.contains(needle), "readOutputFormat lacks {needle}:\n{read}");
+    }
+    let body = js_function(&html, "requestBody");
+    for needle in [
+        "body.response_format = common.responseFormat",
+        "body.structured_outputs = common.structuredOutputs",
+    ] {
+        assert!(body.contains(needle), "requestBody lacks {needle}:\n{body}");
+    }
+    // Read inside generate's try, so a bad schema shows in the error banner and sends nothing.
+    let generate = js_function(&html, "generate");
+    let collected = &generate[..generate.find("} catch (e) {").expect("generate catches bad settings")];
+    assert!(collected.contains("...readOutputFormat()"), "generate does not read the output format:\n{generate}");
+    assert!(generate.contains("showGlobalError(e.message)"), "{generate}");
+    // A 400 for an invalid schema or regex shows the OpenAI error's message and parameter.
+    let errors = js_function(&html, "errorMessage");
+    assert!(errors.contains("parsed.error.message") && errors.contains("e.param"), "{errors}");
 
     let info = server.get("/playground/info");
     assert_eq!(info.status, 200, "{}", info.text());

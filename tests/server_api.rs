@@ -108,6 +108,20 @@ fn hostile_requests_get_4xx_and_the_server_keeps_serving() {
         ("image content", "/v1/chat/completions", br#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#.to_vec(), 400, None),
         ("top_logprobs without logprobs", "/v1/chat/completions", br#"{"messages":[{"role":"user","content":"x"}],"top_logprobs":2}"#.to_vec(), 400, None),
         ("unknown model", "/v1/completions", br#"{"prompt":"x","model":"gpt-9"}"#.to_vec(), 404, Some("model_not_found")),
+        ("unknown top-level field", "/v1/completions", br#"{"prompt":"x","foo":{"bar":[1]}}"#.to_vec(), 400, Some("unsupported_field")),
+        ("unknown chat field", "/v1/chat/completions", br#"{"messages":[{"role":"user","content":"x"}],"min_tokens":3}"#.to_vec(), 400, Some("unsupported_field")),
+        ("misspelled key inside decoding", "/v1/completions", br#"{"prompt":"x","decoding":{"strategy":"mti","tau":1}}"#.to_vec(), 400, Some("invalid_decoding")),
+        ("unknown role", "/v1/chat/completions", br#"{"messages":[{"role":"wizard","content":"x"}]}"#.to_vec(), 400, None),
+        ("tool message without a call id", "/v1/chat/completions", br#"{"messages":[{"role":"user","content":"x"},{"role":"tool","content":"42"}]}"#.to_vec(), 400, None),
+        ("tools on a template without tools", "/v1/chat/completions", br#"{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]}"#.to_vec(), 400, None),
+        ("tool_choice naming no declared tool", "/v1/chat/completions", br#"{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}"#.to_vec(), 400, None),
+        ("invalid JSON schema", "/v1/chat/completions", br#"{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"nonsense"}}}}"#.to_vec(), 400, Some("invalid_structured_output")),
+        ("invalid regex", "/v1/completions", br#"{"prompt":"x","guided_regex":"("}"#.to_vec(), 400, Some("invalid_structured_output")),
+        ("invalid grammar", "/v1/completions", br#"{"prompt":"x","structured_outputs":{"grammar":"start: nope"}}"#.to_vec(), 400, Some("invalid_structured_output")),
+        ("unknown response_format type", "/v1/completions", br#"{"prompt":"x","response_format":{"type":"xml"}}"#.to_vec(), 400, None),
+        ("unknown structured_outputs key", "/v1/completions", br#"{"prompt":"x","structured_outputs":{"jsn":{}}}"#.to_vec(), 400, None),
+        ("two constraints", "/v1/completions", br#"{"prompt":"x","response_format":{"type":"json_object"},"guided_regex":"a+"}"#.to_vec(), 400, None),
+        ("constraint with ignore_eos", "/v1/completions", br#"{"prompt":"x","guided_choice":["a","b"],"ignore_eos":true}"#.to_vec(), 400, None),
     ];
     for (name, path, body, status, code) in &cases {
         let response = server.post(path, body);
@@ -126,10 +140,18 @@ fn hostile_requests_get_4xx_and_the_server_keeps_serving() {
     assert_eq!(finished, 0, "a rejected request reached the engine");
     assert_eq!(server.engine.in_flight(), 0);
 
-    // Unknown fields are ignored; the server still serves both endpoints.
+    // A JSON body sent as anything but JSON is refused (415): a cross-origin page can post
+    // text/plain without a CORS preflight.
+    for content_type in ["text/plain", "application/x-www-form-urlencoded"] {
+        let r = server_support::request_typed(server.addr, "/v1/completions", content_type, br#"{"prompt":"x"}"#);
+        assert_eq!(r.status, 415, "{content_type}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], json!("unsupported_media_type"));
+    }
+    // Fields that cannot change the output (`user`) are accepted; the server still serves
+    // both endpoints.
     let ok = server.post_json(
         "/v1/completions",
-        &json!({ "prompt": "hello", "max_tokens": 3, "ignore_eos": true, "user": "u1", "foo": { "bar": [1] } }),
+        &json!({ "prompt": "hello", "max_tokens": 3, "ignore_eos": true, "user": "u1", "metadata": { "k": "v" } }),
     );
     assert_eq!(ok.status, 200, "{}", ok.text());
     assert_eq!(ok.json()["usage"]["completion_tokens"], json!(3));

@@ -73,6 +73,7 @@ fn drive(dir: &std::path::Path, prompt: &[u32], cfg: &WedlmConfig, max_tokens: u
             sampling: &sampling,
             seed: 1,
             return_metrics: false,
+            mask: None,
         };
         let decided = strategy.process(input).unwrap();
         if !first {

@@ -1,8 +1,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::Sender;
 use entrobatch_model_runner::{load_model, ChatTemplate, GgufTokenizer, KvCache, ModelConfig, ModelRunner};
@@ -14,6 +13,8 @@ use crate::engine_loop::{Command, EngineLoop, PendingRequest};
 use crate::error::{EngineError, Result};
 use crate::handle::{GenerationOutput, RequestHandle};
 use crate::metrics::EngineMetrics;
+use crate::prepare::PreparedRequest;
+use crate::structured::{StructuredBackend, StructuredError};
 use crate::request::{GenerationParams, Prompt, Request};
 
 /// What callers may want to know about the running engine.
@@ -37,8 +38,8 @@ pub enum ShutdownMode {
 }
 
 /// The embeddable engine: a loop thread that batches every submitted request.
-/// `submit` validates and tokenizes on the caller's thread, so bad input fails there and
-/// never reaches the loop.
+/// `submit` validates and tokenizes on the caller's thread (`Engine::prepare`), so bad input
+/// fails there and never reaches the loop.
 pub struct Engine {
     commands: Sender<Command>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -48,6 +49,10 @@ pub struct Engine {
     info: EngineInfo,
     next_id: AtomicU64,
     max_queued_requests: usize,
+    /// The scheduler's limits, for `prepare`'s fit decision (the scheduler's own rule).
+    limits: SchedulerConfig,
+    /// Built on the first structured-output request: most engines never need the token trie.
+    structured: OnceLock<std::result::Result<StructuredBackend, StructuredError>>,
 }
 
 impl Engine {
@@ -70,15 +75,15 @@ impl Engine {
         let num_blocks = config.num_blocks.unwrap_or_else(|| {
             KvCache::blocks_for_budget(&model_config, config.block_size, config.kv_cache_bytes, kv_dtype)
         });
-        let scheduler = Scheduler::new(SchedulerConfig {
+        let limits = SchedulerConfig {
             max_num_batched_tokens: config.max_num_batched_tokens,
             max_num_seqs: config.max_num_seqs,
             block_size: config.block_size,
             num_blocks,
             max_model_len,
             enable_prefix_caching: config.enable_prefix_caching,
-        })
-        .map_err(|e| EngineError::Config(e.to_string()))?;
+        };
+        let scheduler = Scheduler::new(limits.clone())?;
         let runner = ModelRunner::with_kv_dtype(model, num_blocks, config.block_size, kv_dtype)?;
         let chat_template = ChatTemplate::for_tokenizer(&tokenizer)?;
         let tokenizer = Arc::new(tokenizer);
@@ -121,11 +126,30 @@ impl Engine {
             },
             next_id: AtomicU64::new(1),
             max_queued_requests: config.max_queued_requests,
+            limits,
+            structured: OnceLock::new(),
         })
     }
 
     pub fn info(&self) -> &EngineInfo {
         &self.info
+    }
+
+    pub(crate) fn limits(&self) -> &SchedulerConfig {
+        &self.limits
+    }
+
+    /// The grammar compiler for this model's vocabulary, built once.
+    pub fn structured_backend(&self) -> std::result::Result<&StructuredBackend, StructuredError> {
+        self.structured
+            .get_or_init(|| StructuredBackend::new(&self.tokenizer, self.info.model_config.vocab_size))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Whether the chat template renders `tools` (tool calling needs it).
+    pub fn supports_tools(&self) -> bool {
+        self.chat_template.supports_tools()
     }
 
     pub fn tokenizer(&self) -> &GgufTokenizer {
@@ -138,86 +162,35 @@ impl Engine {
 
     /// Renders a prompt to token ids the way `submit` will.
     pub fn tokenize_prompt(&self, prompt: &Prompt, params: &GenerationParams) -> Result<Vec<u32>> {
+        if params.tools.is_some() && !matches!(prompt, Prompt::Chat(_)) {
+            return Err(EngineError::invalid("tools", "tools are rendered by the chat template: send messages"));
+        }
         let ids = match prompt {
             Prompt::Text(text) => self.tokenizer.encode(text, true)?,
             Prompt::Chat(messages) => {
-                let rendered = self.chat_template.apply(messages, true, params.enable_thinking)?;
+                let tools = params.tools.as_deref();
+                if tools.is_some() && !self.chat_template.supports_tools() {
+                    return Err(EngineError::invalid(
+                        "tools",
+                        "this model's chat template cannot render tools (it never reads `tools`); \
+                         use a model whose template does, such as Qwen2.5",
+                    ));
+                }
+                let rendered = self.chat_template.apply_with_tools(messages, true, params.enable_thinking, tools)?;
                 self.tokenizer.encode(&rendered, false)?
             }
             Prompt::TokenIds(ids) => ids.clone(),
         };
         if ids.is_empty() {
-            return Err(EngineError::InvalidRequest("the prompt is empty".into()));
+            return Err(EngineError::invalid("prompt", "the prompt is empty"));
         }
         if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.info.model_config.vocab_size) {
-            return Err(EngineError::InvalidRequest(format!(
-                "token id {bad} is outside the vocabulary of {}",
-                self.info.model_config.vocab_size
-            )));
+            return Err(EngineError::invalid(
+                "prompt",
+                format!("token id {bad} is outside the vocabulary of {}", self.info.model_config.vocab_size),
+            ));
         }
         Ok(ids)
-    }
-
-    /// Checks a request against the engine's limits without submitting it.
-    pub fn validate(&self, params: &GenerationParams, num_prompt_tokens: usize) -> Result<()> {
-        params
-            .sampling
-            .validate(self.info.model_config.vocab_size)
-            .map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
-        if params.max_tokens == 0 {
-            return Err(EngineError::InvalidRequest("max_tokens must be at least 1".into()));
-        }
-        // Building the strategy checks its parameters here, on the caller's thread, so an
-        // out-of-range value is a request error and never reaches the loop.
-        let ctx = crate::strategy::StrategyContext {
-            mask_token_id: self.info.model_config.mask_token_id,
-            max_model_len: self.info.max_model_len,
-            max_tokens: params.max_tokens,
-            ..crate::strategy::StrategyContext::new(&self.tokenizer)
-        };
-        // WeDLM on a model without a mask token is rejected here, with the reason.
-        crate::strategy::build_strategy(&params.decoding, &ctx)
-            .map_err(|e| EngineError::InvalidRequest(format!("decoding: {e}")))?;
-        if let crate::strategy::Decoding::Wedlm(w) = &params.decoding {
-            // A window runs in one forward beside at least one token row.
-            if w.window_size >= self.info.max_num_batched_tokens {
-                return Err(EngineError::InvalidRequest(format!(
-                    "decoding: wedlm window_size {} must be below max_num_batched_tokens {}",
-                    w.window_size, self.info.max_num_batched_tokens
-                )));
-            }
-        }
-        if let crate::strategy::Decoding::Mti(mti) = &params.decoding {
-            // The negative prompt's scratch rows sit after the sequence's last token, so they
-            // must stay inside the rotary table or the whole batch's forward would fail.
-            let extra = mti.negative_prompt_ids(&self.tokenizer).map_err(EngineError::InvalidRequest)?.len();
-            let needed = num_prompt_tokens.saturating_add(params.max_tokens).saturating_add(extra.saturating_sub(1));
-            let limit = self.info.model_config.max_position_embeddings;
-            if needed > limit {
-                let reason = format!("MTI's negative prompt ({extra} tokens) runs past the model's positions");
-                return Err(EngineError::NeverFits { needed, limit, reason });
-            }
-        }
-        let needed = num_prompt_tokens.saturating_add(params.max_tokens);
-        if needed > self.info.max_model_len {
-            return Err(EngineError::NeverFits {
-                needed,
-                limit: self.info.max_model_len,
-                reason: format!(
-                    "prompt ({num_prompt_tokens} tokens) plus max_tokens ({}) exceeds the context length",
-                    params.max_tokens
-                ),
-            });
-        }
-        let capacity = self.info.num_blocks * self.info.block_size;
-        if needed > capacity {
-            return Err(EngineError::NeverFits {
-                needed,
-                limit: capacity,
-                reason: "more tokens than the whole KV cache holds".into(),
-            });
-        }
-        Ok(())
     }
 
     pub fn submit(&self, request: Request) -> Result<RequestHandle> {
@@ -229,14 +202,12 @@ impl Engine {
     /// batch is scheduled the same way whatever the timing. Either every request is accepted
     /// or none is (the first invalid one's error is returned).
     pub fn submit_all(&self, requests: Vec<Request>) -> Result<Vec<RequestHandle>> {
-        let prepared = requests
-            .into_iter()
-            .map(|request| {
-                let prompt_token_ids = self.tokenize_prompt(&request.prompt, &request.params)?;
-                self.validate(&request.params, prompt_token_ids.len())?;
-                Ok((prompt_token_ids, request.params))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let prepared = requests.into_iter().map(|r| self.prepare(r)).collect::<Result<Vec<_>>>()?;
+        self.submit_prepared(prepared)
+    }
+
+    /// Submits requests `prepare` already checked, as one batch (see `submit_all`).
+    pub fn submit_prepared(&self, prepared: Vec<PreparedRequest>) -> Result<Vec<RequestHandle>> {
         let count = prepared.len() as u64;
         if !self.metrics.try_reserve_in_flight(count, self.max_queued_requests as u64) {
             self.metrics.requests_rejected.fetch_add(count, Ordering::Relaxed);
@@ -244,12 +215,11 @@ impl Engine {
         }
         let mut pending = Vec::with_capacity(prepared.len());
         let mut handles = Vec::with_capacity(prepared.len());
-        for (prompt_token_ids, params) in prepared {
+        for request in prepared {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            let seed = params.sampling.seed.unwrap_or_else(|| random_seed(id));
             let (sender, events) = tokio::sync::mpsc::unbounded_channel();
-            handles.push(RequestHandle::new(id, prompt_token_ids.clone(), events, self.commands.clone()));
-            pending.push(PendingRequest { id, prompt_token_ids, params, seed, sender });
+            handles.push(RequestHandle::new(id, request.prompt_token_ids.clone(), events, self.commands.clone()));
+            pending.push(PendingRequest { id, request, sender });
         }
         if self.commands.send(Command::Submit(pending)).is_err() {
             for _ in 0..count {
@@ -291,9 +261,4 @@ impl Drop for Engine {
     fn drop(&mut self) {
         self.shutdown(ShutdownMode::Abort);
     }
-}
-
-fn random_seed(id: u64) -> u64 {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
-    nanos ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }

@@ -6,23 +6,22 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, TryRecvError};
 use entrobatch_model_runner::{ForwardOutput, GgufTokenizer, ModelRunner};
-use entrobatch_scheduler::{FinishReason as SeqFinish, NewSequence, Scheduler};
+use entrobatch_scheduler::{NewSequence, Scheduler};
 use rayon::prelude::*;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::batch_builder::{build_batch, SpanResult};
-use crate::event::{Event, FinishReason, RequestId};
+use crate::event::{Event, FinishReason, GeneratedToken, RequestId};
 use crate::faults::{check_logits_finite, FaultInjection};
 use crate::metrics::EngineMetrics;
-use crate::request::GenerationParams;
+use crate::prepare::PreparedRequest;
 use crate::request_state::RequestState;
-use crate::strategy::{build_strategy, SequenceStrategy, StrategyContext, StrategyInput, StrategyOutput};
+use crate::strategy::{SequenceStrategy, StrategyInput, StrategyOutput};
+use crate::structured::Constraint;
 
 pub struct PendingRequest {
     pub id: RequestId,
-    pub prompt_token_ids: Vec<u32>,
-    pub params: GenerationParams,
-    pub seed: u64,
+    pub request: PreparedRequest,
     pub sender: UnboundedSender<Event>,
 }
 
@@ -32,6 +31,36 @@ pub enum Command {
     Abort(RequestId),
     /// Stop taking work; `finish_in_flight` decides between draining and aborting.
     Shutdown { finish_in_flight: bool },
+}
+
+/// One sequence's step after the forward: the grammar's mask (structured outputs), the
+/// strategy's choice under it, and the grammar advanced on the chosen tokens. The mask is
+/// computed here, in the parallel phase, so constrained rows share the cores with sampling.
+fn decide(
+    strategy: &mut dyn SequenceStrategy,
+    constraint: Option<&mut Constraint>,
+    input: StrategyInput<'_>,
+) -> Result<StrategyOutput, String> {
+    let Some(constraint) = constraint else {
+        return strategy.process(input).map_err(|e| e.to_string());
+    };
+    // Forced tokens carry no distribution, so a request that asked for logprobs samples
+    // them one by one instead.
+    let fast_forward = input.sampling.logprobs.is_none();
+    let mask = constraint.mask().map_err(|e| e.to_string())?;
+    let mut out = strategy.process(StrategyInput { mask: Some(mask), ..input }).map_err(|e| e.to_string())?;
+    for token in &out.tokens {
+        constraint.commit(token.token_id).map_err(|e| e.to_string())?;
+    }
+    if fast_forward && !out.tokens.is_empty() {
+        // Jump-forward: what the grammar forces next is appended without a forward each; the
+        // next step computes their KV as one chunk and samples after them.
+        for token_id in constraint.forced_tokens() {
+            constraint.commit(token_id).map_err(|e| e.to_string())?;
+            out.tokens.push(GeneratedToken { token_id, logprob: None, metrics: None });
+        }
+    }
+    Ok(out)
 }
 
 /// The engine's single thread: owns the scheduler, the model runner and every request's
@@ -78,7 +107,7 @@ impl EngineLoop {
                 self.metrics.release_in_flight();
                 let _ = req.sender.send(Event::Finished {
                     reason: FinishReason::Abort,
-                    prompt_tokens: req.prompt_token_ids.len(),
+                    prompt_tokens: req.request.prompt_token_ids.len(),
                     completion_tokens: 0,
                     error: Some("engine shut down".into()),
                     strategy_stats: None,
@@ -132,38 +161,19 @@ impl EngineLoop {
     }
 
     fn admit(&mut self, req: PendingRequest) {
-        let PendingRequest { id, prompt_token_ids, params, seed, sender } = req;
+        let PendingRequest { id, request, sender } = req;
+        let PreparedRequest { prompt_token_ids, params, strategy, constraint, seed } = request;
         let num_prompt = prompt_token_ids.len();
-        let ctx = StrategyContext {
-            mask_token_id: self.runner.model().config().mask_token_id,
-            max_model_len: self.scheduler.config().max_model_len,
-            max_tokens: params.max_tokens,
-            metrics: Some(self.metrics.clone()),
-            ..StrategyContext::new(&self.tokenizer)
-        };
-        let strategy = build_strategy(&params.decoding, &ctx);
+        let max_tokens = params.max_tokens;
         let eos = self.tokenizer.eos_token_ids.clone();
-        let strategy = match strategy {
-            Ok(s) => s,
-            Err(e) => {
-                self.metrics.release_in_flight();
-                let _ = sender.send(Event::Finished {
-                    reason: FinishReason::Error,
-                    prompt_tokens: num_prompt,
-                    completion_tokens: 0,
-                    error: Some(e),
-                    strategy_stats: None,
-                });
-                return;
-            }
-        };
-        let state = RequestState::new(params.clone(), seed, num_prompt, sender, eos, strategy);
+        let mut state = RequestState::new(params, seed, num_prompt, sender, eos, strategy);
+        state.constraint = constraint;
         if self.draining {
             self.metrics.release_in_flight();
             state.finish(FinishReason::Abort, Some("engine is shutting down".into()));
             return;
         }
-        let new_seq = NewSequence { id, prompt_token_ids, max_tokens: params.max_tokens };
+        let new_seq = NewSequence { id, prompt_token_ids, max_tokens };
         match self.scheduler.add(new_seq) {
             Ok(()) => {
                 self.metrics.prompt_tokens.fetch_add(num_prompt as u64, Ordering::Relaxed);
@@ -248,10 +258,10 @@ impl EngineLoop {
             .collect();
         let scheduler = &self.scheduler;
         let mut invalid = Vec::new();
-        let mut work: Vec<(RequestId, &mut Box<dyn SequenceStrategy>, StrategyInput<'_>)> = Vec::new();
+        let mut work = Vec::new();
         for (id, state) in self.requests.iter_mut() {
             let (Some(span), Some(seq)) = (by_id.get(id), scheduler.get(*id)) else { continue };
-            let RequestState { strategy, params, seed, .. } = state;
+            let RequestState { strategy, params, seed, constraint, .. } = state;
             let logits: Vec<&[f32]> = span.logits_indices.iter().map(|&i| output.row(i)).collect();
             // Sampling from NaN/inf would emit arbitrary tokens: fail just this request.
             if let Err(e) = check_logits_finite(&logits) {
@@ -266,12 +276,13 @@ impl EngineLoop {
                 sampling: &params.sampling,
                 seed: *seed,
                 return_metrics: params.return_metrics,
+                mask: None,
             };
-            work.push((*id, strategy, input));
+            work.push((*id, strategy, constraint.as_mut(), input));
         }
         work.into_par_iter()
-            .map(|(id, strategy, input)| {
-                let result = catch_unwind(AssertUnwindSafe(|| strategy.process(input)))
+            .map(|(id, strategy, constraint, input)| {
+                let result = catch_unwind(AssertUnwindSafe(|| decide(strategy.as_mut(), constraint, input)))
                     .unwrap_or_else(|_| Err("decoding strategy panicked".to_string()));
                 (id, result)
             })
@@ -280,15 +291,19 @@ impl EngineLoop {
     }
 
     fn apply(&mut self, id: RequestId, out: StrategyOutput) {
-        for token in out.tokens {
+        let last = out.tokens.len().saturating_sub(1);
+        for (i, token) in out.tokens.into_iter().enumerate() {
             let Some(state) = self.requests.get_mut(&id) else { return };
+            // The grammar has already advanced over this step's tokens: it may be complete
+            // only after the last of them (a fast-forwarded run ends the output).
+            let grammar_complete = i == last && state.constraint.as_ref().is_some_and(Constraint::is_finished);
             if let Err(e) = self.scheduler.append_token(id, token.token_id) {
                 let message = format!("scheduler rejected token: {e}");
                 self.finish_request(id, FinishReason::Error, Some(message));
                 return;
             }
             let guided = token.metrics.as_ref().and_then(|m| m.guided);
-            let (finish, timing) = state.append(token, &self.tokenizer);
+            let (finish, timing) = state.append(token, &self.tokenizer, grammar_complete);
             self.metrics.output_tokens.fetch_add(1, Ordering::Relaxed);
             self.metrics.record_guidance(guided);
             if let Some(t) = timing.time_to_first_token {
@@ -312,23 +327,14 @@ impl EngineLoop {
     /// Ends a request whatever its state: frees its blocks (the scheduler drops its block
     /// table) and sends the final event.
     fn finish_request(&mut self, id: RequestId, reason: FinishReason, error: Option<String>) {
-        let seq_reason = match reason {
-            FinishReason::Stop => SeqFinish::Stop,
-            FinishReason::Length => SeqFinish::Length,
-            FinishReason::Abort => SeqFinish::Abort,
-            FinishReason::Error => SeqFinish::Error,
-        };
-        if self.scheduler.finish(id, seq_reason).is_err() {
+        if self.scheduler.finish(id, reason.into()).is_err() {
             self.scheduler.abort(id);
         }
         if let Some(state) = self.requests.remove(&id) {
-            let index = match reason {
-                FinishReason::Stop => 0,
-                FinishReason::Length => 1,
-                FinishReason::Abort => 2,
-                FinishReason::Error => 3,
-            };
-            self.metrics.requests_finished[index].fetch_add(1, Ordering::Relaxed);
+            if let Some(constraint) = &state.constraint {
+                self.metrics.record_grammar_masks(constraint.mask_stats());
+            }
+            self.metrics.requests_finished[reason.index()].fetch_add(1, Ordering::Relaxed);
             self.metrics.release_in_flight();
             state.finish(reason, error);
         }

@@ -1,9 +1,20 @@
 use thiserror::Error;
 
+use crate::strategy::StrategyError;
+
+/// Why the engine refused a request or could not start. Callers (the HTTP server) choose a
+/// status from the variant, never from the message.
 #[derive(Debug, Error)]
 pub enum EngineError {
+    /// The client must change `field`.
+    #[error("{field}: {reason}")]
+    InvalidRequest { field: &'static str, reason: String },
+    /// The decoding strategy refused its parameters, or cannot run on this model.
+    #[error("decoding: {0}")]
+    Strategy(#[from] StrategyError),
+    /// The structured-output spec was refused (`is_client_error`), or cannot run here.
     #[error("{0}")]
-    InvalidRequest(String),
+    Structured(#[from] crate::structured::StructuredError),
     #[error("request needs {needed} tokens but the limit is {limit}: {reason}")]
     NeverFits { needed: usize, limit: usize, reason: String },
     #[error("the engine's waiting queue is full ({0} requests)")]
@@ -12,10 +23,18 @@ pub enum EngineError {
     Model(#[from] entrobatch_model_runner::ModelError),
     #[error("tokenizer: {0}")]
     Tokenizer(#[from] entrobatch_model_runner::tokenizer::TokenizerError),
+    #[error("scheduler: {0}")]
+    Scheduler(#[from] entrobatch_scheduler::SchedulerError),
     #[error("configuration: {0}")]
     Config(String),
     #[error("the engine has shut down")]
     ShutDown,
+}
+
+impl EngineError {
+    pub fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        Self::InvalidRequest { field, reason: reason.into() }
+    }
 }
 
 pub type Result<T> = std::result::Result<T, EngineError>;

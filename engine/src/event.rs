@@ -12,6 +12,14 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
+    /// Every reason, in `index` order (the metrics keep one counter per reason).
+    pub const ALL: [FinishReason; 4] = [Self::Stop, Self::Length, Self::Abort, Self::Error];
+
+    /// Position in `ALL`.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Stop => "stop",
@@ -72,4 +80,15 @@ pub enum Event {
         /// counts, WeDLM tokens per forward); `None` for plain decoding.
         strategy_stats: Option<serde_json::Value>,
     },
+}
+
+impl From<FinishReason> for entrobatch_scheduler::FinishReason {
+    fn from(reason: FinishReason) -> Self {
+        match reason {
+            FinishReason::Stop => Self::Stop,
+            FinishReason::Length => Self::Length,
+            FinishReason::Abort => Self::Abort,
+            FinishReason::Error => Self::Error,
+        }
+    }
 }

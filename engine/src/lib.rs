@@ -18,10 +18,12 @@ pub mod event;
 pub mod faults;
 pub mod handle;
 pub mod metrics;
+mod prepare;
 pub mod request;
 mod request_state;
 pub mod stop_checker;
 pub mod strategy;
+pub mod structured;
 
 pub use config::EngineConfig;
 pub use engine::{Engine, EngineInfo, ShutdownMode};
@@ -29,7 +31,8 @@ pub use entrobatch_model_runner::{AttentionKernel, ChatMessage, KvDtype, MatmulM
 pub use entrobatch_sampler::SamplingParams;
 pub use error::{EngineError, Result};
 pub use event::{Event, FinishReason, GeneratedToken, RequestId, TokenLogprob, TokenMetrics};
-pub use strategy::Decoding;
+pub use strategy::{Decoding, StrategyError};
 pub use handle::{GenerationOutput, RequestHandle};
 pub use metrics::EngineMetrics;
+pub use prepare::PreparedRequest;
 pub use request::{GenerationParams, Prompt, Request};

@@ -88,13 +88,14 @@ pub struct EngineMetrics {
     pub mti_triggered_tokens: AtomicU64,
     /// Rows run by all forwards (token rows plus every strategy's scratch rows).
     pub forward_rows: AtomicU64,
+    /// Structured-output masks computed by finished requests, and the time they took.
+    pub grammar_masks: AtomicU64,
+    pub grammar_mask_nanos: AtomicU64,
     pub wedlm: WedlmMetrics,
     pub time_to_first_token: Histogram,
     pub inter_token_latency: Histogram,
     pub step_duration: Histogram,
 }
-
-pub const FINISH_LABELS: [&str; 4] = ["stop", "length", "abort", "error"];
 
 impl Default for EngineMetrics {
     fn default() -> Self {
@@ -110,6 +111,8 @@ impl Default for EngineMetrics {
             prefix_cache_queries: AtomicU64::new(0),
             prefix_cache_hits: AtomicU64::new(0),
             prompt_tokens: AtomicU64::new(0),
+            grammar_masks: AtomicU64::new(0),
+            grammar_mask_nanos: AtomicU64::new(0),
             output_tokens: AtomicU64::new(0),
             steps: AtomicU64::new(0),
             step_errors: AtomicU64::new(0),
@@ -151,6 +154,19 @@ impl EngineMetrics {
         }
     }
 
+    /// Adds a finished request's structured-output mask count and time.
+    pub fn record_grammar_masks(&self, (time, count): (std::time::Duration, u64)) {
+        self.grammar_masks.fetch_add(count, Ordering::Relaxed);
+        let nanos = u64::try_from(time.as_nanos()).unwrap_or(u64::MAX);
+        self.grammar_mask_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// Mean time to compute one structured-output mask, in seconds; None before any.
+    pub fn mean_grammar_mask_seconds(&self) -> Option<f64> {
+        let count = self.grammar_masks.load(Ordering::Relaxed);
+        (count > 0).then(|| self.grammar_mask_nanos.load(Ordering::Relaxed) as f64 * 1e-9 / count as f64)
+    }
+
     /// Guided share of MTI tokens so far; None before any.
     pub fn mti_trigger_rate(&self) -> Option<f64> {
         let tokens = self.mti_tokens.load(Ordering::Relaxed);
@@ -163,8 +179,8 @@ impl EngineMetrics {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let _ = writeln!(out, "# HELP entrobatch_requests_total Finished requests by outcome.");
         let _ = writeln!(out, "# TYPE entrobatch_requests_total counter");
-        for (label, c) in FINISH_LABELS.iter().zip(&self.requests_finished) {
-            let _ = writeln!(out, "entrobatch_requests_total{{outcome=\"{label}\"}} {}", g(c));
+        for (reason, c) in crate::FinishReason::ALL.iter().zip(&self.requests_finished) {
+            let _ = writeln!(out, "entrobatch_requests_total{{outcome=\"{}\"}} {}", reason.as_str(), g(c));
         }
         let _ = writeln!(
             out,
@@ -188,6 +204,13 @@ impl EngineMetrics {
         for (name, kind, help, c) in scalars {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}", g(c));
         }
+        let name = "entrobatch_structured_output_masks_total";
+        let _ = writeln!(out, "# HELP {name} Structured-output token masks computed (finished requests).");
+        let _ = writeln!(out, "# TYPE {name} counter\n{name} {}", g(&self.grammar_masks));
+        let name = "entrobatch_structured_output_mask_seconds_total";
+        let seconds = self.grammar_mask_nanos.load(Ordering::Relaxed) as f64 * 1e-9;
+        let _ = writeln!(out, "# HELP {name} Time spent computing structured-output masks.");
+        let _ = writeln!(out, "# TYPE {name} counter\n{name} {seconds}");
         let mti: [(&str, &str, &AtomicU64); 2] = [
             ("entrobatch_mti_tokens_total", "Tokens decoded with MTI guidance active.", &self.mti_tokens),
             ("entrobatch_mti_triggered_tokens_total", "MTI tokens whose entropy triggered guidance.", &self.mti_triggered_tokens),

@@ -3,6 +3,7 @@ use entrobatch_sampler::SamplingParams;
 use serde::{Deserialize, Serialize};
 
 use crate::strategy::Decoding;
+use crate::structured::StructuredOutput;
 
 /// What the model continues from.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -29,6 +30,11 @@ pub struct GenerationParams {
     pub decoding: Decoding,
     /// Attach entropy metrics to every generated token.
     pub return_metrics: bool,
+    /// Constrain the output to a JSON schema, regex, choice or grammar.
+    pub structured: Option<StructuredOutput>,
+    /// Tool definitions (OpenAI's `tools` list) for the chat template to render; only with
+    /// `Prompt::Chat` on a model whose template reads them.
+    pub tools: Option<Vec<serde_json::Value>>,
 }
 
 impl Default for GenerationParams {
@@ -42,6 +48,8 @@ impl Default for GenerationParams {
             enable_thinking: None,
             decoding: Decoding::default(),
             return_metrics: false,
+            structured: None,
+            tools: None,
         }
     }
 }
@@ -50,10 +58,19 @@ impl Default for GenerationParams {
 pub struct Request {
     pub prompt: Prompt,
     pub params: GenerationParams,
+    /// Ignore `params.max_tokens` and generate until the context or the KV cache is full:
+    /// vLLM's chat default when a client sends no `max_tokens`. `Engine::prepare` resolves it,
+    /// since only the engine knows the prompt's length and its own limits.
+    pub until_context_full: bool,
 }
 
 impl Request {
     pub fn new(prompt: Prompt, params: GenerationParams) -> Self {
-        Self { prompt, params }
+        Self { prompt, params, until_context_full: false }
+    }
+
+    /// A request whose output may take all the room the prompt leaves.
+    pub fn until_context_full(prompt: Prompt, params: GenerationParams) -> Self {
+        Self { prompt, params, until_context_full: true }
     }
 }

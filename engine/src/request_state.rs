@@ -8,10 +8,13 @@ use crate::event::{Event, FinishReason, GeneratedToken};
 use crate::request::GenerationParams;
 use crate::stop_checker::{StopChecker, StopOutcome};
 use crate::strategy::SequenceStrategy;
+use crate::structured::Constraint;
 
 /// What the engine loop keeps for one live request beyond the scheduler's `Sequence`.
 pub struct RequestState {
     pub strategy: Box<dyn SequenceStrategy>,
+    /// The grammar of a structured-output request; advanced on every committed token.
+    pub constraint: Option<Constraint>,
     pub params: GenerationParams,
     pub seed: u64,
     pub num_prompt_tokens: usize,
@@ -42,6 +45,7 @@ impl RequestState {
         let stop_checker = StopChecker::new(params.stop.clone());
         Self {
             strategy,
+            constraint: None,
             params,
             seed,
             num_prompt_tokens,
@@ -56,12 +60,15 @@ impl RequestState {
     }
 
     /// Streams one sampled token and says whether the request is now finished.
+    /// `grammar_complete`: a structured output's grammar allows only EOS after this token, so
+    /// the request ends now rather than spend a step on it.
     /// Returns `None` while it goes on. A closed receiver (the client went away) finishes
     /// the request as aborted so its blocks are freed.
     pub fn append(
         &mut self,
         token: GeneratedToken,
         tokenizer: &GgufTokenizer,
+        grammar_complete: bool,
     ) -> (Option<FinishReason>, TokenTiming) {
         let now = Instant::now();
         let timing = TokenTiming {
@@ -85,7 +92,7 @@ impl RequestState {
             StopOutcome::Continue(text) => (text, false),
             StopOutcome::Stopped(text) => (text, true),
         };
-        let mut finish = if is_eos || is_stop_id || stopped_by_string {
+        let mut finish = if is_eos || is_stop_id || stopped_by_string || grammar_complete {
             Some(FinishReason::Stop)
         } else if self.num_output_tokens >= self.params.max_tokens {
             Some(FinishReason::Length)

@@ -10,7 +10,11 @@ use half::f16;
 /// A value type the KV cache can hold.
 pub trait KvElem: Copy + Send + Sync + 'static {
     fn to_f32(self) -> f32;
-    /// Eight values from `p` as f32. Caller guarantees AVX2+F16C and 8 readable values.
+    /// Eight values from `p` as f32.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2 and F16C, and `p` must point at 8 readable values.
     #[cfg(target_arch = "x86_64")]
     unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
 }
@@ -20,6 +24,9 @@ impl KvElem for f32 {
     fn to_f32(self) -> f32 {
         self
     }
+    /// # Safety
+    ///
+    /// See [`KvElem::load8`].
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2")]
@@ -33,6 +40,9 @@ impl KvElem for f16 {
     fn to_f32(self) -> f32 {
         f16::to_f32(self)
     }
+    /// # Safety
+    ///
+    /// See [`KvElem::load8`].
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
@@ -64,8 +74,12 @@ mod imp {
     use crate::softmax::{EXP_MIN_ARG, EXP_POLY, LN2_HI, LN2_LO, LOG2E};
 
     /// `out[j] = dot(q, keys[j][at..at + q.len()]) * scale` with `attention::dot`'s lanes and
-    /// tree. Caller guarantees `available()`, `q.len() % 8 == 0`, `keys[j].len() >= at +
-    /// q.len()`, `out.len() >= 8`.
+    /// tree.
+    ///
+    /// # Safety
+    ///
+    /// Caller guarantees `available()`, `q.len() % 8 == 0`, `keys[j].len() >= at + q.len()`
+    /// for every `j`, and `out.len() >= 8`.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) unsafe fn dot8<T: KvElem>(q: &[f32], keys: &[&[T]; 8], at: usize, scale: f32, out: &mut [f32]) {
         let mut acc = [_mm256_setzero_ps(); 8];
@@ -89,7 +103,11 @@ mod imp {
     }
 
     /// `x[l] = attention::exp_nonpositive(x[l] - max)` for the 8 values of `x`, lane for lane
-    /// the same operations. Caller guarantees `available()` and `x.len() >= 8`.
+    /// the same operations.
+    ///
+    /// # Safety
+    ///
+    /// Caller guarantees `available()` and `x.len() >= 8`.
     #[target_feature(enable = "avx2,fma")]
     pub(crate) unsafe fn exp8_shifted(x: &mut [f32], max: f32) {
         let v = _mm256_sub_ps(_mm256_loadu_ps(x.as_ptr()), _mm256_set1_ps(max));
@@ -109,8 +127,12 @@ mod imp {
 
     /// `out[d] = sum_j probs[j] * value(j)[d]`, one fma per key in key order from zero (as
     /// `attention::weighted_sum`); each 64-wide chunk of `out` stays in 8 registers over all
-    /// keys. Caller guarantees `available()`, `out.len() % 8 == 0` and `out.len()` readable
-    /// values at every `value(j)`.
+    /// keys.
+    ///
+    /// # Safety
+    ///
+    /// Caller guarantees `available()`, `out.len() % 8 == 0` and `out.len()` readable values at
+    /// `value(j)` for every `j` in `0..probs.len()`.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) unsafe fn weighted_sum<T: KvElem>(probs: &[f32], value: impl Fn(usize) -> *const T, out: &mut [f32]) {
         let mut d0 = 0;
@@ -118,12 +140,12 @@ mod imp {
             let mut acc = [_mm256_setzero_ps(); 8];
             for (j, &p) in probs.iter().enumerate() {
                 let (p, v) = (_mm256_set1_ps(p), value(j).add(d0));
-                for c in 0..8 {
-                    acc[c] = _mm256_fmadd_ps(p, T::load8(v.add(8 * c)), acc[c]);
+                for (c, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(p, T::load8(v.add(8 * c)), *a);
                 }
             }
-            for c in 0..8 {
-                _mm256_storeu_ps(out.as_mut_ptr().add(d0 + 8 * c), acc[c]);
+            for (c, &a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(out.as_mut_ptr().add(d0 + 8 * c), a);
             }
             d0 += 64;
         }
@@ -142,8 +164,17 @@ mod imp {
 mod fallback {
     //! Never called: `available()` is false off x86_64.
     use super::KvElem;
+    /// # Safety
+    ///
+    /// Same contract as the x86_64 version; this one does nothing.
     pub(crate) unsafe fn dot8<T: KvElem>(_: &[f32], _: &[&[T]; 8], _: usize, _: f32, _: &mut [f32]) {}
+    /// # Safety
+    ///
+    /// Same contract as the x86_64 version; this one does nothing.
     pub(crate) unsafe fn exp8_shifted(_: &mut [f32], _: f32) {}
+    /// # Safety
+    ///
+    /// Same contract as the x86_64 version; this one does nothing.
     pub(crate) unsafe fn weighted_sum<T: KvElem>(_: &[f32], _: impl Fn(usize) -> *const T, _: &mut [f32]) {}
 }
 #[cfg(not(target_arch = "x86_64"))]

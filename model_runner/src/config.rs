@@ -63,7 +63,7 @@ impl ModelConfig {
         let key = |k: &str| format!("{arch_name}.{k}");
         let num_heads = metadata_u32(content, &key("attention.head_count"))? as usize;
         let hidden_size = metadata_u32(content, &key("embedding_length"))? as usize;
-        if num_heads == 0 || hidden_size % num_heads != 0 {
+        if num_heads == 0 || !hidden_size.is_multiple_of(num_heads) {
             return Err(ModelError::Unsupported(format!(
                 "embedding_length {hidden_size} not divisible by head_count {num_heads}"
             )));
@@ -71,7 +71,7 @@ impl ModelConfig {
         let num_kv_heads = metadata_u32(content, &key("attention.head_count_kv"))
             .map(|v| v as usize)
             .unwrap_or(num_heads);
-        if num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
+        if num_kv_heads == 0 || !num_heads.is_multiple_of(num_kv_heads) {
             return Err(ModelError::Unsupported(format!(
                 "head_count {num_heads} not a multiple of head_count_kv {num_kv_heads}"
             )));

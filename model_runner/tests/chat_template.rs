@@ -218,3 +218,150 @@ fn bad_template_is_a_build_error() {
     let err = ChatTemplate::new("{% for x in %}", None, None).unwrap_err();
     assert!(matches!(err, TokenizerError::Build(_)), "{err}");
 }
+
+/// The official Qwen2.5-Instruct template (HF `tokenizer_config.json`), with its `# Tools`
+/// system section and `<tool_call>` / `<tool_response>` rendering.
+const QWEN25_TEMPLATE: &str = include_str!("fixtures/qwen2.5_instruct_chat_template.jinja");
+
+fn weather_tool() -> serde_json::Value {
+    serde_json::json!({
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"]
+            }
+        }
+    })
+}
+
+/// user -> assistant tool call (arguments as the OpenAI JSON *string*) -> tool result.
+fn tool_conversation() -> Vec<ChatMessage> {
+    let call = serde_json::json!({
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}
+    });
+    vec![
+        ChatMessage::new("user", "Weather in Paris?"),
+        ChatMessage::new("assistant", "").with_tool_calls(vec![call]),
+        ChatMessage::tool_result("call_1", "{\"temp_c\": 21}"),
+    ]
+}
+
+/// Checks a Qwen2.5 rendering of [`tool_conversation`] with [`weather_tool`].
+fn assert_qwen_tool_rendering(got: &str) {
+    // The tool list: one JSON object per line between <tools> tags. Compared as JSON because
+    // key order follows serde_json's map (sorted without its `preserve_order` feature).
+    let start = got.find("<tools>\n").expect("tools section") + "<tools>\n".len();
+    let end = got.find("\n</tools>").expect("tools section end");
+    let listed: Vec<serde_json::Value> = got[start..end]
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(listed, vec![weather_tool()]);
+    assert!(
+        got.starts_with(
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n\n# Tools\n\n"
+        ),
+        "{got}"
+    );
+    // Python's json.dumps separators inside the tool line too.
+    assert!(got.contains("\"name\": \"get_weather\""), "{got}");
+    let tail = "<|im_start|>user\nWeather in Paris?<|im_end|>\n\
+                <|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n\
+                <|im_start|>user\n<tool_response>\n{\"temp_c\": 21}\n</tool_response><|im_end|>\n\
+                <|im_start|>assistant\n";
+    assert!(got.ends_with(tail), "{got}");
+    assert!(got.contains(
+        "</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+    ));
+}
+
+#[test]
+fn qwen25_template_renders_tools_calls_and_results() {
+    let tpl = ChatTemplate::new(QWEN25_TEMPLATE, None, Some("<|im_end|>".into())).unwrap();
+    assert!(tpl.supports_tools());
+    let tools = [weather_tool()];
+    let got = tpl
+        .apply_with_tools(&tool_conversation(), true, None, Some(&tools))
+        .unwrap();
+    assert_qwen_tool_rendering(&got);
+
+    // Arguments already given as an object render the same.
+    let mut conv = tool_conversation();
+    conv[1] = ChatMessage::new("assistant", "").with_tool_calls(vec![serde_json::json!({
+        "id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Paris"}}
+    })]);
+    assert_eq!(
+        tpl.apply_with_tools(&conv, true, None, Some(&tools))
+            .unwrap(),
+        got
+    );
+
+    // Without tools the template takes its plain branch; `apply` is `apply_with_tools(None)`.
+    let plain = tpl.apply(&tool_conversation(), true, None).unwrap();
+    assert!(!plain.contains("# Tools"), "{plain}");
+    assert!(plain.contains("<tool_call>\n{\"name\": \"get_weather\""));
+    assert_eq!(
+        plain,
+        tpl.apply_with_tools(&tool_conversation(), true, None, None)
+            .unwrap()
+    );
+}
+
+/// The GGUF's own template (Qwen2.5-Coder ships the same tool section) renders tools alike.
+#[test]
+fn qwen25_coder_gguf_template_renders_tools() {
+    let Some(tok) = load_tokenizer(QWEN25_CODER) else {
+        return;
+    };
+    let tpl = ChatTemplate::for_tokenizer(&tok).unwrap();
+    assert!(tpl.supports_tools());
+    let got = tpl
+        .apply_with_tools(&tool_conversation(), true, None, Some(&[weather_tool()]))
+        .unwrap();
+    assert_qwen_tool_rendering(&got);
+}
+
+#[test]
+fn supports_tools_only_for_templates_that_read_them() {
+    assert!(!ChatTemplate::chatml(None, None).supports_tools());
+    assert!(ChatTemplate::new("{% if tools %}T{% endif %}", None, None)
+        .unwrap()
+        .supports_tools());
+    // `tools` as a loop variable is not the context's `tools`.
+    assert!(!ChatTemplate::new(
+        "{% for tools in messages %}{{ tools.role }}{% endfor %}",
+        None,
+        None
+    )
+    .unwrap()
+    .supports_tools());
+    if let Some(tok) = load_tokenizer(SMOLLM2) {
+        assert!(!ChatTemplate::for_tokenizer(&tok).unwrap().supports_tools());
+    }
+}
+
+#[test]
+fn absent_optional_fields_are_not_template_variables() {
+    // HF templates branch on `message.tool_calls is defined` / truthiness: a plain message must
+    // not carry the optional keys at all.
+    let m = vec![ChatMessage::new("user", "hi")];
+    assert_eq!(
+        render("{{ messages[0] | tojson }}", &m),
+        r#"{"role": "user", "content": "hi"}"#
+    );
+    let t = vec![ChatMessage::tool_result("call_9", "42")];
+    assert_eq!(
+        render(
+            "{{ messages[0].tool_call_id }}|{{ messages[0].name is defined }}",
+            &t
+        ),
+        "call_9|False"
+    );
+}

@@ -7,7 +7,8 @@
 //! 2. logprobs from log-softmax of the raw logits;
 //! 3. on a copy: logit_bias -> repetition penalty -> presence/frequency ->
 //!    no-repeat-n-gram ban;
-//! 4. temperature 0: argmax; otherwise temperature -> min_p -> top_k -> top_p
+//! 4. a structured-output row: tokens its grammar forbids -> -inf;
+//! 5. temperature 0: argmax; otherwise temperature -> min_p -> top_k -> top_p
 //!    -> inverse-CDF draw with `uniform(seed, step, 0)`.
 
 mod entropy;
@@ -21,6 +22,7 @@ mod params;
 mod penalties;
 mod rng;
 mod sampler;
+pub mod token_mask;
 pub mod wedlm;
 
 pub use entropy::{entropy_nats, entropy_varentropy_nats};
@@ -31,3 +33,4 @@ pub use params::{SamplingParams, MAX_LOGPROBS};
 pub use penalties::{apply_penalties, needs_penalties};
 pub use rng::{hash_counter, uniform, CounterRng};
 pub use sampler::{sample_row, SampleInput, SampleOutput, Sampler};
+pub use token_mask::TokenMask;

@@ -8,6 +8,7 @@ use crate::logprobs::Normalizer;
 use crate::params::SamplingParams;
 use crate::penalties::{apply_penalties, needs_penalties};
 use crate::rng::uniform;
+use crate::token_mask::TokenMask;
 
 /// Everything needed to draw one request's next token.
 #[derive(Clone, Copy, Debug)]
@@ -22,6 +23,9 @@ pub struct SampleInput<'a> {
     pub seed: u64,
     /// Index of the output token being drawn; the draw is `uniform(seed, step, 0)`.
     pub step: u64,
+    /// The tokens a structured-output grammar allows; `None` allows all. Rows without one
+    /// pay nothing for it.
+    pub mask: Option<&'a TokenMask>,
 }
 
 /// The chosen token and its log-probability under the raw model distribution.
@@ -117,20 +121,23 @@ fn choose_token(row: &SampleInput<'_>, raw_argmax: u32) -> Result<u32, SamplerEr
     let params = row.params;
     let penalised = needs_penalties(params, row.prompt_token_ids, row.output_token_ids);
     if params.is_greedy() && !penalised {
-        return Ok(raw_argmax);
+        return match row.mask {
+            Some(mask) if !mask.allows(raw_argmax) => mask.argmax_allowed(row.logits).ok_or(SamplerError::AllTokensMasked),
+            _ => Ok(raw_argmax),
+        };
     }
     let cfg = FilterConfig::from(params);
     let u = uniform(row.seed, row.step, 0);
-    if !penalised {
+    if !penalised && row.mask.is_none() {
         return Ok(sample_filtered(row.logits, &cfg, u));
     }
     let mut logits = row.logits.to_vec();
-    apply_penalties(
-        &mut logits,
-        params,
-        row.prompt_token_ids,
-        row.output_token_ids,
-    );
+    if penalised {
+        apply_penalties(&mut logits, params, row.prompt_token_ids, row.output_token_ids);
+    }
+    if let Some(mask) = row.mask {
+        mask.apply(&mut logits);
+    }
     if !logits.iter().any(|&l| l > f32::NEG_INFINITY) {
         return Err(SamplerError::AllTokensMasked);
     }

@@ -14,6 +14,7 @@ fn row<'a>(logits: &'a [f32], params: &'a SamplingParams) -> SampleInput<'a> {
         output_token_ids: &[],
         seed: 0,
         step: 0,
+        mask: None,
     }
 }
 

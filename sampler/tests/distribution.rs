@@ -16,6 +16,7 @@ fn frequencies(logits: &[f32], params: &SamplingParams) -> Vec<f64> {
             output_token_ids: &[],
             seed: 1234,
             step,
+            mask: None,
         };
         let out = sample_row(&row).expect("valid row");
         counts[out.token_id as usize] += 1;

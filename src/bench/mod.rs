@@ -3,5 +3,6 @@
 pub mod baseline;
 pub mod prefix_cache;
 pub mod strategy_compare;
+pub mod structured;
 pub mod throughput;
 pub mod wedlm;

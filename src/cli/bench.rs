@@ -12,6 +12,26 @@ pub enum BenchCommand {
     Throughput(ThroughputArgs),
     /// Time to first token with a cold and a cached prompt prefix.
     PrefixCache(PrefixCacheArgs),
+    /// Requests under a JSON schema against the same requests free, alternating in one engine.
+    Structured(StructuredArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct StructuredArgs {
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    #[arg(long, default_value_t = 64)]
+    pub requests: usize,
+    #[arg(long, default_value_t = 128)]
+    pub output_len: usize,
+    /// Rounds of (constrained, free) pairs, alternating which runs first.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
+    /// JSON Schema file; defaults to an array of 64+ records (outputs longer than --output-len).
+    #[arg(long)]
+    pub schema: Option<PathBuf>,
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -69,6 +89,7 @@ pub fn run_bench(command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Throughput(args) => throughput(args),
         BenchCommand::PrefixCache(args) => prefix_cache(args),
+        BenchCommand::Structured(args) => structured(args),
     }
 }
 
@@ -135,10 +156,12 @@ fn plot_sweep(reports: &[ThroughputReport], path: &PathBuf) -> Result<()> {
         .y_label_area_size(60)
         .build_cartesian_2d((0.5f64..max_c * 1.5).log_scale(), 0f64..max_t)?;
     chart.configure_mesh().x_desc("concurrent sequences").y_desc("tokens/s").draw()?;
-    let series = |f: fn(&ThroughputReport) -> f64| -> Vec<(f64, f64)> {
+    /// Reads one plotted quantity from a report.
+    type Metric = fn(&ThroughputReport) -> f64;
+    let series = |f: Metric| -> Vec<(f64, f64)> {
         reports.iter().map(|r| (r.concurrency as f64, f(r))).collect()
     };
-    let lines: [(&str, RGBColor, fn(&ThroughputReport) -> f64); 3] = [
+    let lines: [(&str, RGBColor, Metric); 3] = [
         ("total tokens/s", BLUE, |r| r.engine.total_tokens_per_s),
         ("decode tokens/s", RED, |r| r.engine.decode_tokens_per_s),
         ("output tokens/s", GREEN, |r| r.engine.output_tokens_per_s),
@@ -185,6 +208,41 @@ fn prefix_cache(args: PrefixCacheArgs) -> Result<()> {
     print!("{}", render_table(&report));
     let json = serde_json::to_string_pretty(&report)?;
     println!("{json}");
+    if let Some(path) = &args.json {
+        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn structured(args: StructuredArgs) -> Result<()> {
+    use entrobatch::bench::structured::{default_schema, run, StructuredBenchConfig};
+    let model = super::resolve_model(args.model.clone())?;
+    let mut engine_config = entrobatch::EngineConfig::new(&model);
+    engine_config.max_num_seqs = args.requests.max(1);
+    let engine = entrobatch::Engine::start(engine_config)?;
+    let schema = match &args.schema {
+        Some(path) => serde_json::from_str(&std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)
+            .with_context(|| format!("{} is not JSON", path.display()))?,
+        None => default_schema(),
+    };
+    let config = StructuredBenchConfig { requests: args.requests, max_tokens: args.output_len, rounds: args.rounds, schema };
+    let bar = ProgressBar::new(2 * args.rounds as u64);
+    bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} runs ({elapsed})")?.progress_chars("=> "));
+    bar.set_message("structured vs free");
+    let report = run(&engine, &config, |_| bar.inc(1))?;
+    bar.finish_and_clear();
+    println!("| run | prompt tok | output tok | seconds | total tok/s | output tok/s |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for r in &report.runs {
+        let kind = if r.constrained { "json schema" } else { "free" };
+        println!(
+            "| {kind} | {} | {} | {:.2} | {:.1} | {:.1} |",
+            r.prompt_tokens, r.output_tokens, r.seconds, r.total_tok_s, r.output_tok_s
+        );
+    }
+    let mask = report.mean_mask_us.map_or("n/a".to_string(), |us| format!("{us:.1} us"));
+    println!("constrained / free total tok/s: {:.3}; mean mask time per token: {mask}", report.total_ratio);
+    let json = serde_json::to_string_pretty(&report)?;
     if let Some(path) = &args.json {
         std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
     }

@@ -7,6 +7,7 @@ use entrobatch::{
     ChatMessage, Decoding, Engine, EngineConfig, Event, GenerationParams, Prompt, Request, SamplingParams,
 };
 use entrobatch::strategy::{MtiConfig, TriggerStats, WedlmConfig};
+use entrobatch::structured::StructuredOutput;
 use serde_json::json;
 
 #[derive(Args, Debug)]
@@ -79,6 +80,15 @@ pub struct RunArgs {
     /// coloured by quadrant on a terminal.
     #[arg(long)]
     pub show_metrics: bool,
+    /// Constrain the output to the JSON Schema in this file (structured output).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["regex", "choice"])]
+    pub json_schema: Option<PathBuf>,
+    /// Constrain the output to this regular expression.
+    #[arg(long, conflicts_with = "choice")]
+    pub regex: Option<String>,
+    /// Constrain the output to one of these strings (repeat the flag for each).
+    #[arg(long)]
+    pub choice: Vec<String>,
     /// Also run the built-in prompt set (it includes "Which number is bigger, 9.9 or 9.11?").
     #[arg(long = "prompts")]
     pub builtin_prompts: bool,
@@ -96,6 +106,19 @@ pub enum StrategyName {
 }
 
 /// The request's decoding strategy from the flags; strategy flags need their strategy.
+/// `--json-schema`, `--regex` or `--choice` as the engine's constraint.
+fn structured_output(args: &RunArgs) -> Result<Option<StructuredOutput>> {
+    if let Some(path) = &args.json_schema {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let schema = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+        return Ok(Some(StructuredOutput::JsonSchema(schema)));
+    }
+    if let Some(regex) = &args.regex {
+        return Ok(Some(StructuredOutput::Regex(regex.clone())));
+    }
+    Ok((!args.choice.is_empty()).then(|| StructuredOutput::Choice(args.choice.clone())))
+}
+
 fn decoding(args: &RunArgs) -> Result<Decoding> {
     let mti_flags = args.guidance_scale.is_some() || args.negative_prompt.is_some();
     if mti_flags && args.strategy != StrategyName::Mti {
@@ -172,6 +195,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         ignore_eos: args.ignore_eos,
         decoding: decoding(&args)?,
         return_metrics: args.show_metrics || args.json,
+        structured: structured_output(&args)?,
         ..GenerationParams::default()
     };
     let mut handles = Vec::with_capacity(prompts.len());
@@ -179,7 +203,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         let prompt = if args.raw {
             Prompt::Text(text.clone())
         } else {
-            Prompt::Chat(vec![ChatMessage { role: "user".into(), content: text.clone() }])
+            Prompt::Chat(vec![ChatMessage::new("user", text.clone())])
         };
         let handle = engine
             .submit(Request::new(prompt, params.clone()))

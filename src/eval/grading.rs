@@ -81,7 +81,7 @@ fn standalone_letter(text: &str) -> Option<char> {
         // directly in a word ("A good ...").
         let after_ok = match next {
             None => true,
-            Some(n) if n == ' ' => chars.get(i + 2).is_none_or(|n2| !n2.is_ascii_lowercase()),
+            Some(' ') => chars.get(i + 2).is_none_or(|n2| !n2.is_ascii_lowercase()),
             Some(n) => !n.is_alphanumeric(),
         };
         (('A'..='D').contains(&c) && before_ok && after_ok).then_some(c)

@@ -6,6 +6,7 @@
 
 pub mod bootstrap;
 pub mod grading;
+#[cfg(feature = "plots")]
 pub mod plot;
 pub mod report;
 pub mod runner;

@@ -5,6 +5,7 @@
 
 mod arrivals;
 mod client;
+#[cfg(feature = "plots")]
 mod plot;
 mod report;
 mod stats;
@@ -22,6 +23,7 @@ use tokio::task::JoinSet;
 
 pub use arrivals::{poisson_arrivals, synthetic_prompt};
 pub use client::RequestOutcome;
+#[cfg(feature = "plots")]
 pub use plot::draw_sweep;
 pub use report::print_report;
 pub use stats::{percentile, summarize, Distribution, Slo, Summary};

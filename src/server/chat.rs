@@ -10,10 +10,12 @@ use serde_json::{json, Map, Value};
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::format::{chat_logprobs, Extras};
-use super::params::{parse_common, parse_logprobs, ParsedParams};
-use super::protocol::{ChatRequest, ContentField, MessageIn};
+use super::chat_tools::{chat_message, delta_json, parse_tools, tool_calls_json, ToolUse};
+use super::params::{engine_request, parse_common, parse_logprobs, refuse_unknown, ParsedParams};
+use super::protocol::ChatRequest;
+use super::tool_calls::ToolCallStream;
 use super::reasoning::{ReasoningSplitter, Split};
-use super::state::{AppState, DefaultMaxTokens};
+use super::state::AppState;
 use super::stream::{sse_response, usage_json, StreamFormat};
 
 pub async fn chat_completions(
@@ -21,11 +23,10 @@ pub async fn chat_completions(
     ApiJson(req): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(req.common.model.as_deref())?;
-    let (messages, parsed, logprobs) = parse_chat(req)?;
+    let ParsedChat { messages, parsed, logprobs, tools } = parse_chat(req)?;
     let (enable_thinking, return_metrics) = (parsed.params.enable_thinking, parsed.params.return_metrics);
-    let handle = state
-        .submit(Prompt::Chat(messages), parsed.params, parsed.max_tokens, DefaultMaxTokens::RestOfContext)
-        .await?;
+    let request = engine_request(Prompt::Chat(messages), parsed.params, parsed.max_tokens, None);
+    let handle = state.submit(request).await?;
     let splitter = (state.thinking_template && enable_thinking != Some(false))
         .then(|| ReasoningSplitter::new(prompt_opens_think(&state, &handle.prompt_token_ids)));
     let mut format = ChatFormat {
@@ -35,6 +36,7 @@ pub async fn chat_completions(
         logprobs: logprobs.is_some(),
         extras: Extras { return_metrics, return_token_ids: parsed.return_token_ids },
         splitter,
+        tool_stream: tools.as_ref().map(ToolUse::stream),
     };
     if parsed.stream {
         return Ok(sse_response(handle, format, parsed.include_usage));
@@ -47,7 +49,15 @@ pub async fn chat_completions(
     let rest = format.split_finish();
     split.reasoning.push_str(&rest.reasoning);
     split.content.push_str(&rest.content);
+    let mut finish_reason = output.finish_reason.as_str();
     let mut msg = json!({ "role": "assistant", "content": split.content });
+    if let Some(calls) = tools.map(|t| t.parse(&split.content)).filter(|p| !p.calls.is_empty()) {
+        msg["content"] = calls.content.as_deref().map_or(Value::Null, |c| json!(c));
+        msg["tool_calls"] = tool_calls_json(&calls);
+        if output.finish_reason == FinishReason::Stop {
+            finish_reason = "tool_calls";
+        }
+    }
     if format.splitter.is_some() {
         msg["reasoning_content"] = if split.reasoning.is_empty() { Value::Null } else { json!(split.reasoning) };
     }
@@ -56,7 +66,7 @@ pub async fn chat_completions(
     choice.insert("message".into(), msg);
     let lp = if format.logprobs { chat_logprobs(&state.engine, &output.tokens) } else { Value::Null };
     choice.insert("logprobs".into(), lp);
-    choice.insert("finish_reason".into(), json!(output.finish_reason.as_str()));
+    choice.insert("finish_reason".into(), json!(finish_reason));
     format.extras.apply(&output.tokens, &mut choice);
     let body = json!({
         "id": format.id,
@@ -69,9 +79,19 @@ pub async fn chat_completions(
     Ok(Json(body).into_response())
 }
 
+/// A chat body that passed every check before the engine.
+pub(super) struct ParsedChat {
+    pub messages: Vec<ChatMessage>,
+    pub parsed: ParsedParams,
+    pub logprobs: Option<usize>,
+    /// The parser for tool calls, when the request lets the model call tools.
+    pub tools: Option<ToolUse>,
+}
+
 /// Everything a chat body must pass before it reaches the engine: the messages, the parsed
-/// parameters (with `enable_thinking`) and the logprobs count.
-pub(super) fn parse_chat(mut req: ChatRequest) -> Result<(Vec<ChatMessage>, ParsedParams, Option<usize>), ApiError> {
+/// parameters (with `enable_thinking`, tools and any structured output) and the logprobs count.
+pub(super) fn parse_chat(mut req: ChatRequest) -> Result<ParsedChat, ApiError> {
+    refuse_unknown(&req.unknown)?;
     let top = parse_logprobs("top_logprobs", req.top_logprobs)?;
     let logprobs = match (req.logprobs.unwrap_or(false), top) {
         (true, top) => Some(top.unwrap_or(0)),
@@ -83,34 +103,17 @@ pub(super) fn parse_chat(mut req: ChatRequest) -> Result<(Vec<ChatMessage>, Pars
     let mut parsed = parse_common(&mut req.common, logprobs)?;
     let enable_thinking = req.chat_template_kwargs.as_ref().and_then(|k| k.enable_thinking).or(req.enable_thinking);
     parsed.params.enable_thinking = enable_thinking;
-    let messages = req.messages.into_iter().map(message).collect::<Result<Vec<_>, _>>()?;
+    let tools = parse_tools(req.tools, req.tool_choice, req.parallel_tool_calls, &mut parsed.params)?;
+    let messages = req
+        .messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| chat_message(i, m))
+        .collect::<Result<Vec<_>, _>>()?;
     if messages.is_empty() {
         return Err(ApiError::invalid_param("messages", "messages must not be empty"));
     }
-    Ok((messages, parsed, logprobs))
-}
-
-fn message(m: MessageIn) -> Result<ChatMessage, ApiError> {
-    let content = match m.content {
-        None => String::new(),
-        Some(ContentField::Text(t)) => t,
-        Some(ContentField::Parts(parts)) => {
-            let mut text = String::new();
-            for part in parts {
-                match (part.kind.as_str(), part.text) {
-                    ("text", Some(t)) => text.push_str(&t),
-                    (kind, _) => {
-                        return Err(ApiError::invalid_param(
-                            "messages",
-                            format!("content parts of type `{kind}` are not supported (text only)"),
-                        ))
-                    }
-                }
-            }
-            text
-        }
-    };
-    Ok(ChatMessage { role: m.role, content })
+    Ok(ParsedChat { messages, parsed, logprobs, tools })
 }
 
 /// Templates that put `<think>` at the end of the generation prompt start the output inside
@@ -128,6 +131,8 @@ struct ChatFormat {
     logprobs: bool,
     extras: Extras,
     splitter: Option<ReasoningSplitter>,
+    /// Finds tool calls in the content as it streams; `None` when no call can come back.
+    tool_stream: Option<ToolCallStream>,
 }
 
 impl ChatFormat {
@@ -152,26 +157,45 @@ impl ChatFormat {
         })
     }
 
-    fn delta_chunk(&self, split: Split, tokens: &[GeneratedToken]) -> Option<Value> {
-        let mut delta = Map::new();
+    /// The chunks for this much output: reasoning, then content (or, with tools, the content
+    /// and calls the tool parser has decided on), with the tokens' logprobs and extras on the
+    /// last one.
+    fn delta_chunks(&mut self, split: Split, tokens: &[GeneratedToken], finished: bool) -> Vec<Value> {
+        let mut deltas: Vec<Value> = Vec::new();
         if !split.reasoning.is_empty() {
-            delta.insert("reasoning_content".into(), json!(split.reasoning));
+            deltas.push(json!({ "reasoning_content": split.reasoning }));
         }
-        if !split.content.is_empty() {
-            delta.insert("content".into(), json!(split.content));
+        match &mut self.tool_stream {
+            Some(stream) => {
+                let mut decided = stream.push(&split.content);
+                if finished {
+                    decided.extend(stream.finish());
+                }
+                deltas.extend(decided.into_iter().flat_map(delta_json));
+            }
+            None if !split.content.is_empty() => deltas.push(json!({ "content": split.content })),
+            None => {}
         }
-        let carries_extras = !tokens.is_empty() && (self.logprobs || self.extras.return_metrics || self.extras.return_token_ids);
-        if delta.is_empty() && !carries_extras {
-            return None;
+        let carries_extras =
+            !tokens.is_empty() && (self.logprobs || self.extras.return_metrics || self.extras.return_token_ids);
+        if deltas.is_empty() && carries_extras {
+            deltas.push(json!({}));
         }
-        let mut choice = Map::new();
-        choice.insert("index".into(), json!(0));
-        choice.insert("delta".into(), Value::Object(delta));
-        let lp = if self.logprobs { chat_logprobs(&self.state.engine, tokens) } else { Value::Null };
-        choice.insert("logprobs".into(), lp);
-        choice.insert("finish_reason".into(), Value::Null);
-        self.extras.apply(tokens, &mut choice);
-        Some(self.chunk(vec![Value::Object(choice)]))
+        let last = deltas.len().saturating_sub(1);
+        let mut chunks = Vec::with_capacity(deltas.len());
+        for (i, delta) in deltas.into_iter().enumerate() {
+            let mut choice = Map::new();
+            choice.insert("index".into(), json!(0));
+            choice.insert("delta".into(), delta);
+            let lp = if self.logprobs && i == last { chat_logprobs(&self.state.engine, tokens) } else { Value::Null };
+            choice.insert("logprobs".into(), lp);
+            choice.insert("finish_reason".into(), Value::Null);
+            if i == last {
+                self.extras.apply(tokens, &mut choice);
+            }
+            chunks.push(self.chunk(vec![Value::Object(choice)]));
+        }
+        chunks
     }
 }
 
@@ -183,13 +207,15 @@ impl StreamFormat for ChatFormat {
 
     fn on_tokens(&mut self, tokens: &[GeneratedToken], text: &str) -> Vec<Value> {
         let split = self.split(text);
-        self.delta_chunk(split, tokens).into_iter().collect()
+        self.delta_chunks(split, tokens, false)
     }
 
     fn on_finish(&mut self, reason: FinishReason) -> Vec<Value> {
         let rest = self.split_finish();
-        let mut chunks: Vec<Value> = self.delta_chunk(rest, &[]).into_iter().collect();
-        let choice = json!({ "index": 0, "delta": {}, "logprobs": null, "finish_reason": reason.as_str() });
+        let mut chunks = self.delta_chunks(rest, &[], true);
+        let called = self.tool_stream.as_ref().is_some_and(|s| s.calls_sent() > 0);
+        let label = if called && reason == FinishReason::Stop { "tool_calls" } else { reason.as_str() };
+        let choice = json!({ "index": 0, "delta": {}, "logprobs": null, "finish_reason": label });
         chunks.push(self.chunk(vec![choice]));
         chunks
     }

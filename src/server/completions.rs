@@ -9,9 +9,9 @@ use serde_json::{json, Map, Value};
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::format::{completion_logprobs, Extras};
-use super::params::{completion_prompt, parse_common, parse_logprobs, ParsedParams};
+use super::params::{completion_prompt, engine_request, parse_common, parse_logprobs, refuse_unknown, ParsedParams};
 use super::protocol::CompletionRequest;
-use super::state::{AppState, DefaultMaxTokens};
+use super::state::AppState;
 use super::stream::{sse_response, usage_json, StreamFormat};
 
 /// OpenAI's default when `max_tokens` is absent.
@@ -20,6 +20,7 @@ pub(super) const DEFAULT_MAX_TOKENS: usize = 16;
 /// Everything a completions body must pass before it reaches the engine: the prompt, the
 /// parsed parameters and the logprobs count.
 pub(super) fn parse_completion(mut req: CompletionRequest) -> Result<(Prompt, ParsedParams, Option<usize>), ApiError> {
+    refuse_unknown(&req.unknown)?;
     if req.echo == Some(true) {
         return Err(ApiError::invalid_param("echo", "echo is not supported"));
     }
@@ -38,9 +39,8 @@ pub async fn completions(
     state.check_model(req.common.model.as_deref())?;
     let (prompt, parsed, logprobs) = parse_completion(req)?;
     let return_metrics = parsed.params.return_metrics;
-    let handle = state
-        .submit(prompt, parsed.params, parsed.max_tokens, DefaultMaxTokens::Fixed(DEFAULT_MAX_TOKENS))
-        .await?;
+    let request = engine_request(prompt, parsed.params, parsed.max_tokens, Some(DEFAULT_MAX_TOKENS));
+    let handle = state.submit(request).await?;
     let format = CompletionFormat {
         state: state.clone(),
         id: format!("cmpl-{}", handle.id),

@@ -12,7 +12,7 @@ pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
     pub kind: &'static str,
-    pub param: Option<&'static str>,
+    pub param: Option<String>,
     pub code: Option<&'static str>,
 }
 
@@ -27,8 +27,8 @@ impl ApiError {
     }
 
     /// 400 naming the offending field.
-    pub fn invalid_param(param: &'static str, message: impl Into<String>) -> Self {
-        Self { param: Some(param), ..Self::bad_request(message) }
+    pub fn invalid_param(param: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { param: Some(param.into()), ..Self::bad_request(message) }
     }
 
     pub fn with_code(mut self, code: &'static str) -> Self {
@@ -71,20 +71,21 @@ impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> Self {
         let message = e.to_string();
         match e {
-            // `Engine::validate` prefixes strategy errors with "decoding:".
-            EngineError::InvalidRequest(m) if m.starts_with("decoding:") => {
-                Self::invalid_param("decoding", message).with_code("invalid_decoding")
-            }
-            EngineError::InvalidRequest(_) => Self::bad_request(message),
+            EngineError::Strategy(_) => Self::invalid_param("decoding", message).with_code("invalid_decoding"),
+            EngineError::InvalidRequest { field, .. } => Self::invalid_param(field, message),
             EngineError::NeverFits { .. } => {
                 Self::invalid_param("max_tokens", message).with_code("context_length_exceeded")
             }
+            EngineError::Structured(e) if e.is_client_error() => {
+                Self::invalid_param("response_format", message).with_code("invalid_structured_output")
+            }
+            EngineError::Structured(_) => Self::internal(message),
             EngineError::QueueFull(_) => Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
                 .with_code("queue_full"),
             // A prompt the tokenizer or the chat template cannot render is the client's input.
             EngineError::Tokenizer(_) => Self::bad_request(message),
             EngineError::ShutDown => Self::unavailable(message),
-            EngineError::Model(_) | EngineError::Config(_) => Self::internal(message),
+            EngineError::Model(_) | EngineError::Scheduler(_) | EngineError::Config(_) => Self::internal(message),
         }
     }
 }

@@ -8,6 +8,7 @@
 //! `GET /playground/info`.
 
 mod chat;
+mod chat_tools;
 mod completions;
 mod error;
 mod extract;
@@ -19,6 +20,8 @@ mod protocol;
 mod reasoning;
 mod state;
 mod stream;
+mod structured;
+pub(crate) mod tool_calls;
 mod validate;
 
 use std::future::Future;

@@ -5,8 +5,9 @@
 use crate::{Decoding, GenerationParams, SamplingParams};
 
 use super::error::ApiError;
-use super::protocol::{CommonParams, PromptField};
-use crate::Prompt;
+use super::protocol::{common_field_names, CommonParams, PromptField, INERT_FIELDS};
+use super::structured::parse_structured;
+use crate::{Prompt, Request};
 
 /// Sampling settings shared by both endpoints. `max_tokens` is `None` when the client left
 /// it out; the handler fills in its endpoint's default once the prompt length is known.
@@ -82,6 +83,8 @@ pub fn parse_common(c: &mut CommonParams, logprobs: Option<usize>) -> Result<Par
         enable_thinking: None,
         decoding,
         return_metrics: c.return_metrics.unwrap_or(false),
+        structured: parse_structured(&mut c.structured)?,
+        tools: None,
     };
     Ok(ParsedParams {
         params,
@@ -90,6 +93,32 @@ pub fn parse_common(c: &mut CommonParams, logprobs: Option<usize>) -> Result<Par
         include_usage: c.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
         return_token_ids: c.return_token_ids.unwrap_or(false),
     })
+}
+
+/// The engine request for `prompt`: the client's `max_tokens`, else the endpoint's default,
+/// where `None` means whatever room the prompt leaves (vLLM's chat default; the engine
+/// resolves it in `Engine::prepare`, since only it knows the prompt's length).
+pub fn engine_request(prompt: Prompt, mut params: GenerationParams, max_tokens: Option<usize>, default: Option<usize>) -> Request {
+    match max_tokens.or(default) {
+        Some(n) => {
+            params.max_tokens = n;
+            Request::new(prompt, params)
+        }
+        None => Request::until_context_full(prompt, params),
+    }
+}
+
+/// Refuses the fields no endpoint field claimed, except those that cannot change the output.
+pub fn refuse_unknown(unknown: &serde_json::Map<String, serde_json::Value>) -> Result<(), ApiError> {
+    let common = common_field_names();
+    match unknown.keys().find(|k| !INERT_FIELDS.contains(&k.as_str()) && !common.contains(k)) {
+        None => Ok(()),
+        Some(key) => Err(ApiError::invalid_param(
+            key.as_str(),
+            format!("unsupported field `{key}`: this server does not implement it, and ignoring it could change the output"),
+        )
+        .with_code("unsupported_field")),
+    }
 }
 
 /// A non-negative logprobs count (bounds are checked by the sampler).

@@ -1,14 +1,15 @@
 //! Request bodies of `/v1/completions` and `/v1/chat/completions`. Fields are optional so a
-//! client sends only what it changes; unknown fields are ignored; a known field of the wrong
-//! type is a 400. Responses are built as JSON values next to their handlers.
+//! client sends only what it changes; a known field of the wrong type is a 400, and so is an
+//! unknown one unless it cannot change the output (`INERT_FIELDS`): nothing a client sends is
+//! silently ignored. Responses are built as JSON values next to their handlers.
 
 use std::collections::HashMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// `stop`: one string or a list.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum StopField {
     One(String),
@@ -24,14 +25,14 @@ impl StopField {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct StreamOptions {
     pub include_usage: Option<bool>,
 }
 
-/// Parameters both endpoints share.
-#[derive(Debug, Default, Deserialize)]
+/// Parameters both endpoints share. `Serialize` lists their names (`common_field_names`).
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 pub struct CommonParams {
     pub model: Option<String>,
@@ -61,7 +62,37 @@ pub struct CommonParams {
     pub return_metrics: Option<bool>,
     /// vLLM extension: generated token ids in `token_ids`.
     pub return_token_ids: Option<bool>,
+    #[serde(flatten)]
+    pub structured: StructuredFields,
 }
+
+/// Every way a client may ask for structured output (see `structured.rs`).
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+pub struct StructuredFields {
+    /// OpenAI: `{"type": "text" | "json_object" | "json_schema", ...}`.
+    pub response_format: Option<Value>,
+    /// vLLM: `{"json" | "regex" | "choice" | "grammar" | "json_object": ...}`.
+    pub structured_outputs: Option<Value>,
+    /// vLLM's older names for the same.
+    pub guided_json: Option<Value>,
+    pub guided_regex: Option<String>,
+    pub guided_choice: Option<Vec<String>>,
+    pub guided_grammar: Option<String>,
+}
+
+/// The JSON names of `CommonParams`' fields (flattened ones included), read from its own
+/// serde derive so the list cannot drift from the struct.
+pub fn common_field_names() -> &'static [String] {
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| match serde_json::to_value(CommonParams::default()) {
+        Ok(Value::Object(map)) => map.into_iter().map(|(k, _)| k).collect(),
+        _ => Vec::new(),
+    })
+}
+
+/// Top-level fields accepted although they do not change the output (OpenAI bookkeeping).
+pub const INERT_FIELDS: [&str; 6] = ["user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"];
 
 /// `prompt`: text, one-element text list, token ids, or one-element list of token-id lists.
 #[derive(Debug, Deserialize)]
@@ -85,6 +116,10 @@ pub struct CompletionRequest {
     pub echo: Option<bool>,
     #[serde(default)]
     pub suffix: Option<String>,
+    /// Every field not named directly above: `CommonParams`' and unknown ones; the unknown
+    /// are refused unless inert (`INERT_FIELDS`).
+    #[serde(flatten)]
+    pub unknown: serde_json::Map<String, Value>,
 }
 
 /// A message's `content`: a string or a list of parts (only `text` parts are supported).
@@ -108,6 +143,14 @@ pub struct MessageIn {
     pub role: String,
     #[serde(default)]
     pub content: Option<ContentField>,
+    /// An assistant turn's calls, as OpenAI returned them.
+    #[serde(default)]
+    pub tool_calls: Option<Vec<Value>>,
+    /// A `tool` message answers this call.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -131,4 +174,15 @@ pub struct ChatRequest {
     /// Accepted at the top level too, for convenience.
     #[serde(default)]
     pub enable_thinking: Option<bool>,
+    /// OpenAI tool calling: `[{"type": "function", "function": {...}}]`.
+    #[serde(default)]
+    pub tools: Option<Value>,
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    /// Every field not named directly above: `CommonParams`' and unknown ones; the unknown
+    /// are refused unless inert (`INERT_FIELDS`).
+    #[serde(flatten)]
+    pub unknown: serde_json::Map<String, Value>,
 }

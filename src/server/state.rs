@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::{Engine, GenerationParams, Prompt, Request, RequestHandle};
+use crate::{Engine, Request, RequestHandle};
 
 use super::error::ApiError;
 use super::http_metrics::HttpMetrics;
@@ -21,15 +21,6 @@ pub struct Inner {
     /// The chat template has a thinking switch (Qwen3): split `<think>` into `reasoning_content`.
     pub thinking_template: bool,
     draining: AtomicBool,
-}
-
-/// How a handler fills in `max_tokens` when the client left it out.
-#[derive(Clone, Copy)]
-pub enum DefaultMaxTokens {
-    /// OpenAI's completions default.
-    Fixed(usize),
-    /// vLLM's chat default: whatever context the prompt leaves.
-    RestOfContext,
 }
 
 impl std::ops::Deref for AppState {
@@ -77,50 +68,22 @@ impl AppState {
         }
     }
 
-    /// Tokenizes, validates and submits on a blocking thread (chat templates and long
-    /// prompts cost real CPU time); bad input comes back as a 4xx and never reaches the loop.
-    pub async fn submit(
-        &self,
-        prompt: Prompt,
-        params: GenerationParams,
-        max_tokens: Option<usize>,
-        default_max: DefaultMaxTokens,
-    ) -> Result<RequestHandle, ApiError> {
+    /// Prepares (tokenizes, validates) and submits on a blocking thread: chat templates and
+    /// long prompts cost real CPU time. Bad input comes back as a 4xx and never reaches the loop.
+    pub async fn submit(&self, request: Request) -> Result<RequestHandle, ApiError> {
         if self.is_draining() {
             return Err(ApiError::unavailable("the server is shutting down"));
         }
         let engine = self.engine.clone();
         let task = tokio::task::spawn_blocking(move || {
-            let mut params = params;
-            let ids = prepare(&engine, &prompt, &mut params, max_tokens, default_max)?;
-            engine.submit(Request::new(Prompt::TokenIds(ids), params))
+            let prepared = engine.prepare(request)?;
+            engine.submit_prepared(vec![prepared]).map(|mut handles| handles.remove(0))
         });
         match task.await {
             Ok(result) => result.map_err(ApiError::from),
             Err(e) => Err(ApiError::internal(format!("submit task failed: {e}"))),
         }
     }
-}
-
-/// Tokenizes the prompt and fills in `max_tokens` when the client left it out.
-pub fn prepare(
-    engine: &Engine,
-    prompt: &Prompt,
-    params: &mut GenerationParams,
-    max_tokens: Option<usize>,
-    default_max: DefaultMaxTokens,
-) -> Result<Vec<u32>, crate::EngineError> {
-    let ids = engine.tokenize_prompt(prompt, params)?;
-    params.max_tokens = match (max_tokens, default_max) {
-        (Some(n), _) => n,
-        (None, DefaultMaxTokens::Fixed(n)) => n,
-        (None, DefaultMaxTokens::RestOfContext) => {
-            let info = engine.info();
-            let limit = info.max_model_len.min(info.num_blocks * info.block_size);
-            limit.saturating_sub(ids.len()).max(1)
-        }
-    };
-    Ok(ids)
 }
 
 pub fn unix_now() -> u64 {

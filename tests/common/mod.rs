@@ -81,6 +81,9 @@ pub fn reference_greedy(path: &Path, arch: RefArch, prompts: &[Vec<u32>], n: usi
         .collect()
 }
 
+/// One greedy step: the chosen token and the top (token, logprob) pairs of its distribution.
+pub type GreedyStep = (u32, Vec<(u32, f32)>);
+
 /// Greedy tokens plus, per step, the top `k` (token, logprob) of the reference distribution.
 pub fn reference_greedy_with_top(
     path: &Path,
@@ -88,7 +91,7 @@ pub fn reference_greedy_with_top(
     prompts: &[Vec<u32>],
     n: usize,
     k: usize,
-) -> Vec<Vec<(u32, Vec<(u32, f32)>)>> {
+) -> Vec<Vec<GreedyStep>> {
     prompts
         .iter()
         .map(|prompt| {

@@ -150,12 +150,17 @@ impl HttpResponse {
     }
 }
 
-/// Opens a connection and sends one request (`Connection: close`).
+/// Opens a connection and sends one JSON request (`Connection: close`).
 pub fn send(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> TcpStream {
+    send_typed(addr, method, path, "application/json", body)
+}
+
+/// `send` with any `Content-Type`.
+pub fn send_typed(addr: SocketAddr, method: &str, path: &str, content_type: &str, body: &[u8]) -> TcpStream {
     let mut stream = TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(120))).expect("timeout");
+    stream.set_read_timeout(Some(Duration::from_secs(300))).expect("timeout");
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     // The server may answer (413) and close before reading a large body: a failed write
@@ -165,7 +170,14 @@ pub fn send(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> TcpStrea
 }
 
 pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> HttpResponse {
-    let mut stream = send(addr, method, path, body);
+    read_response(send(addr, method, path, body))
+}
+
+pub fn request_typed(addr: SocketAddr, path: &str, content_type: &str, body: &[u8]) -> HttpResponse {
+    read_response(send_typed(addr, "POST", path, content_type, body))
+}
+
+fn read_response(mut stream: TcpStream) -> HttpResponse {
     let mut raw = Vec::new();
     let mut buf = [0u8; 65536];
     loop {

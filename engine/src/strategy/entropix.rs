@@ -6,7 +6,7 @@ use entrobatch_model_runner::{AttnMetrics, GgufTokenizer};
 use entrobatch_sampler::entropix::{entropix_sample, AttentionStats, Branch, EntropixConfig, EntropixInput};
 use entrobatch_sampler::{apply_penalties, needs_penalties, top_logprobs};
 
-use super::{SequenceStrategy, StrategyContext, StrategyInput, StrategyOutput};
+use super::{SequenceStrategy, StrategyContext, StrategyError, StrategyInput, StrategyOutput};
 use crate::event::{GeneratedToken, TokenLogprob, TokenMetrics};
 
 /// Texts tried, in order, for the pause / clarification token. The first that the model's
@@ -31,12 +31,17 @@ pub struct EntropixStrategy {
 }
 
 impl EntropixStrategy {
-    pub fn new(config: EntropixConfig, ctx: &StrategyContext<'_>) -> Result<Self, String> {
-        config.validate().map_err(|e| format!("invalid entropix config: {e}"))?;
+    pub fn new(config: EntropixConfig, ctx: &StrategyContext<'_>) -> Result<Self, StrategyError> {
+        config.validate().map_err(|e| StrategyError::config("entropix", e.to_string()))?;
         let vocab = ctx.tokenizer.vocab_size;
         let pause_token = match config.pause_token_id {
             Some(id) if (id as usize) < vocab => Some(id),
-            Some(id) => return Err(format!("entropix pause_token_id {id} is outside the vocabulary of {vocab}")),
+            Some(id) => {
+                return Err(StrategyError::config(
+                    "entropix",
+                    format!("pause_token_id {id} is outside the vocabulary of {vocab}"),
+                ))
+            }
             None => find_pause_token(ctx.tokenizer),
         };
         Ok(Self { config, pause_token, branch_counts: [0; 6] })
@@ -61,31 +66,39 @@ impl SequenceStrategy for EntropixStrategy {
         true
     }
 
-    fn process(&mut self, input: StrategyInput<'_>) -> Result<StrategyOutput, String> {
+    fn process(&mut self, input: StrategyInput<'_>) -> Result<StrategyOutput, StrategyError> {
         let Some(&logits) = input.logits.first() else {
             return Ok(StrategyOutput::default());
         };
         let prompt = input.prompt_token_ids;
         let output = input.output_token_ids;
-        // Penalties shape the draw only; metrics and scores stay on the raw row.
-        let penalised = needs_penalties(input.sampling, prompt, output).then(|| {
+        // Penalties and a structured-output mask shape the draw only; metrics and scores stay
+        // on the raw row (they describe the model's uncertainty).
+        let penalise = needs_penalties(input.sampling, prompt, output);
+        let draw_row = (penalise || input.mask.is_some()).then(|| {
             let mut row = logits.to_vec();
-            apply_penalties(&mut row, input.sampling, prompt, output);
+            if penalise {
+                apply_penalties(&mut row, input.sampling, prompt, output);
+            }
+            if let Some(mask) = input.mask {
+                mask.apply(&mut row);
+            }
             row
         });
+        let pause_token = self.pause_token.filter(|&p| input.mask.is_none_or(|m| m.allows(p)));
         let decision = entropix_sample(
             &EntropixInput {
                 logits,
-                penalised: penalised.as_deref(),
+                penalised: draw_row.as_deref(),
                 attention: input.attn_metrics.map(to_stats),
                 previous_token: output.last().or(prompt.last()).copied(),
-                pause_token: self.pause_token,
+                pause_token,
                 seed: input.seed,
                 step: output.len() as u64,
             },
             &self.config,
         )
-        .map_err(|e| format!("entropix sampling failed: {e}"))?;
+        ?;
         if let Some(i) = Branch::ALL.iter().position(|&b| b == decision.branch) {
             self.branch_counts[i] += 1;
         }

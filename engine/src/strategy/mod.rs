@@ -3,15 +3,17 @@
 //! need logits, and what to do with them. Plain, entropix, MTI and WeDLM differ only here.
 
 mod entropix;
+mod error;
 mod mti;
 mod plain;
 mod wedlm;
 
 use entrobatch_model_runner::AttnMetrics;
-use entrobatch_sampler::SamplingParams;
+use entrobatch_sampler::{SamplingParams, TokenMask};
 use serde::{Deserialize, Serialize};
 
 use crate::event::GeneratedToken;
+pub use error::StrategyError;
 pub use entropix::{find_pause_token, EntropixStrategy, PAUSE_TOKEN_TEXTS};
 pub use entrobatch_sampler::entropix::EntropixConfig;
 pub use mti::{MtiConfig, MtiStrategy, TriggerStats};
@@ -30,6 +32,18 @@ pub enum Decoding {
     Mti(MtiConfig),
     /// WeDLM streaming parallel decoding of mask windows (needs a WeDLM checkpoint).
     Wedlm(WedlmConfig),
+}
+
+impl Decoding {
+    /// The strategy's name as clients write it in `{"strategy": ...}`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Plain => "plain",
+            Self::Entropix(_) => "entropix",
+            Self::Mti(_) => "mti",
+            Self::Wedlm(_) => "wedlm",
+        }
+    }
 }
 
 /// A row this sequence adds to the forward after its scheduled token rows, inside its own
@@ -64,6 +78,9 @@ pub struct StrategyInput<'a> {
     pub seed: u64,
     /// The request asked for per-token metrics.
     pub return_metrics: bool,
+    /// The tokens a structured-output grammar allows next; strategies draw only among them
+    /// (metrics such as entropy stay on the raw distribution: they describe the model).
+    pub mask: Option<&'a TokenMask>,
 }
 
 /// What a strategy decided this step.
@@ -95,10 +112,20 @@ pub trait SequenceStrategy: Send {
         }
     }
 
-    fn process(&mut self, input: StrategyInput<'_>) -> Result<StrategyOutput, String>;
+    fn process(&mut self, input: StrategyInput<'_>) -> Result<StrategyOutput, StrategyError>;
 
     /// The sequence was preempted: drop state tied to its KV (a WeDLM window, pending MTI rows).
     fn on_preempted(&mut self) {}
+
+    /// The most scratch rows one step of this sequence may carry beside its token.
+    fn max_scratch_rows(&self) -> usize {
+        0
+    }
+
+    /// Positions past the sequence's last token that scratch rows may take.
+    fn positions_past_end(&self) -> usize {
+        0
+    }
 
     /// KV slots the sequence's block table must cover beyond its tokens, set once at
     /// admission (`Scheduler::set_lookahead_slots`).
@@ -133,19 +160,21 @@ impl<'a> StrategyContext<'a> {
 
 pub fn build_strategy(
     decoding: &Decoding,
-    _ctx: &StrategyContext<'_>,
-) -> Result<Box<dyn SequenceStrategy>, String> {
+    ctx: &StrategyContext<'_>,
+) -> Result<Box<dyn SequenceStrategy>, StrategyError> {
     match decoding {
-        Decoding::Plain => Ok(Box::new(PlainStrategy::default())),
-        Decoding::Entropix(config) => Ok(Box::new(EntropixStrategy::new(config.clone(), _ctx)?)),
-        Decoding::Mti(config) => Ok(Box::new(MtiStrategy::build(config, _ctx.tokenizer)?)),
+        Decoding::Plain => Ok(Box::new(PlainStrategy)),
+        Decoding::Entropix(config) => Ok(Box::new(EntropixStrategy::new(config.clone(), ctx)?)),
+        Decoding::Mti(config) => Ok(Box::new(MtiStrategy::build(config, ctx.tokenizer)?)),
         Decoding::Wedlm(config) => {
-            let mask = _ctx.mask_token_id.ok_or(
-                "wedlm: this model has no mask token (a WeDLM checkpoint names `mask_token_id` in its \
-                 config.json); use plain decoding",
-            )?;
-            let metrics = _ctx.metrics.clone();
-            Ok(Box::new(WedlmStrategy::new(config, mask, _ctx.max_tokens, _ctx.max_model_len, metrics)?))
+            let mask = ctx.mask_token_id.ok_or_else(|| StrategyError::Unsupported {
+                strategy: "wedlm",
+                reason: "this model has no mask token (a WeDLM checkpoint names `mask_token_id` in its \
+                         config.json); use plain decoding"
+                    .into(),
+            })?;
+            let metrics = ctx.metrics.clone();
+            Ok(Box::new(WedlmStrategy::new(config, mask, ctx.max_tokens, ctx.max_model_len, metrics)?))
         }
     }
 }

@@ -27,12 +27,12 @@ use entrobatch_sampler::entropy_varentropy_nats;
 use serde::{Deserialize, Serialize};
 
 use super::plain::{sample_plain, PlainStrategy};
-use super::{ScratchRow, SequenceStrategy, SpanPlan, StrategyInput, StrategyOutput};
+use super::{ScratchRow, SequenceStrategy, StrategyError, SpanPlan, StrategyInput, StrategyOutput};
 use crate::event::{GeneratedToken, TokenMetrics};
 
 /// Per-request MTI settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct MtiConfig {
     /// tau, in nats over the raw conditional distribution; guidance fires when `H > tau`.
     /// Negative: every token (classic CFG). `+inf`: never.
@@ -57,21 +57,27 @@ impl MtiConfig {
     }
 
     /// Checks the numbers and tokenizes the negative prompt (empty when MTI is off).
-    pub fn negative_prompt_ids(&self, tokenizer: &entrobatch_model_runner::GgufTokenizer) -> Result<Vec<u32>, String> {
+    pub fn negative_prompt_ids(
+        &self,
+        tokenizer: &entrobatch_model_runner::GgufTokenizer,
+    ) -> Result<Vec<u32>, StrategyError> {
         if self.entropy_threshold.is_nan() {
-            return Err("mti: entropy_threshold must be a number (negative = every token)".into());
+            return Err(StrategyError::config("mti", "entropy_threshold must be a number (negative = every token)"));
         }
         if !self.guidance_scale.is_finite() {
-            return Err(format!("mti: guidance_scale must be finite, got {}", self.guidance_scale));
+            return Err(StrategyError::config(
+                "mti",
+                format!("guidance_scale must be finite, got {}", self.guidance_scale),
+            ));
         }
         if !self.is_active() {
             return Ok(Vec::new());
         }
         let ids = tokenizer
             .encode(&self.negative_prompt, false)
-            .map_err(|e| format!("mti: cannot tokenize the negative prompt: {e}"))?;
+            .map_err(|e| StrategyError::config("mti", format!("cannot tokenize the negative prompt: {e}")))?;
         if ids.is_empty() {
-            return Err("mti: the negative prompt is empty".into());
+            return Err(StrategyError::config("mti", "the negative prompt is empty"));
         }
         Ok(ids)
     }
@@ -118,7 +124,10 @@ impl MtiStrategy {
         strategy
     }
 
-    pub fn build(config: &MtiConfig, tokenizer: &entrobatch_model_runner::GgufTokenizer) -> Result<Self, String> {
+    pub fn build(
+        config: &MtiConfig,
+        tokenizer: &entrobatch_model_runner::GgufTokenizer,
+    ) -> Result<Self, StrategyError> {
         Ok(Self::new(config, config.negative_prompt_ids(tokenizer)?))
     }
 
@@ -164,6 +173,18 @@ impl SequenceStrategy for MtiStrategy {
             .collect()
     }
 
+    fn max_scratch_rows(&self) -> usize {
+        if self.active() {
+            self.negative.len()
+        } else {
+            0
+        }
+    }
+
+    fn positions_past_end(&self) -> usize {
+        self.max_scratch_rows().saturating_sub(1)
+    }
+
     fn logits_rows(&self, plan: &SpanPlan<'_>, num_scratch: usize) -> Vec<usize> {
         let n = plan.token_ids.len();
         let mut rows = Vec::with_capacity(2);
@@ -176,7 +197,7 @@ impl SequenceStrategy for MtiStrategy {
         rows
     }
 
-    fn process(&mut self, input: StrategyInput<'_>) -> Result<StrategyOutput, String> {
+    fn process(&mut self, input: StrategyInput<'_>) -> Result<StrategyOutput, StrategyError> {
         if !self.active() {
             return PlainStrategy.process(input);
         }
@@ -185,7 +206,7 @@ impl SequenceStrategy for MtiStrategy {
             (true, [cond, uncond]) => (Some(*uncond), Some(*cond)),
             (true, [uncond]) => (Some(*uncond), None),
             (false, [cond]) => (None, Some(*cond)),
-            _ => return Err(format!("mti: unexpected {} logits rows", input.logits.len())),
+            _ => return Err(StrategyError::internal("mti", format!("unexpected {} logits rows", input.logits.len()))),
         };
         // Borrowed while fresh: only a row that waits for its scratch rows is copied.
         let pending = match fresh {
@@ -193,7 +214,10 @@ impl SequenceStrategy for MtiStrategy {
                 let (entropy, varentropy) = entropy_varentropy_nats(cond);
                 PendingGuidance { cond: Cow::Borrowed(cond), entropy, varentropy }
             }
-            None => self.pending.take().ok_or("mti: unconditional rows without a pending token")?,
+            None => self
+                .pending
+                .take()
+                .ok_or_else(|| StrategyError::internal("mti", "unconditional rows without a pending token"))?,
         };
         let triggered = guidance_triggers(pending.entropy, self.threshold, self.scale);
         let l = self.negative.len();
@@ -276,6 +300,7 @@ mod tests {
             sampling,
             seed: 3,
             return_metrics: false,
+            mask: None,
         }
     }
 

@@ -1,6 +1,6 @@
 use entrobatch_sampler::{entropy_varentropy_nats, sample_row, SampleInput};
 
-use super::{SequenceStrategy, StrategyInput, StrategyOutput};
+use super::{SequenceStrategy, StrategyError, StrategyInput, StrategyOutput};
 use crate::event::{GeneratedToken, TokenLogprob, TokenMetrics};
 
 /// The sampler's plain chain (greedy, temperature, top-k/top-p/min-p, penalties, seed).
@@ -8,7 +8,7 @@ use crate::event::{GeneratedToken, TokenLogprob, TokenMetrics};
 pub struct PlainStrategy;
 
 impl SequenceStrategy for PlainStrategy {
-    fn process(&mut self, input: StrategyInput<'_>) -> Result<StrategyOutput, String> {
+    fn process(&mut self, input: StrategyInput<'_>) -> Result<StrategyOutput, StrategyError> {
         let Some(logits) = input.logits.first() else {
             return Ok(StrategyOutput::default());
         };
@@ -26,7 +26,10 @@ impl SequenceStrategy for PlainStrategy {
 
 /// Draws from `logits` with the request's plain sampler chain; the logprob when asked for.
 /// Strategies that rewrite logits (MTI's blend) sample through this too.
-pub(super) fn sample_plain(input: &StrategyInput<'_>, logits: &[f32]) -> Result<(u32, Option<TokenLogprob>), String> {
+pub(super) fn sample_plain(
+    input: &StrategyInput<'_>,
+    logits: &[f32],
+) -> Result<(u32, Option<TokenLogprob>), StrategyError> {
     let out = sample_row(&SampleInput {
         logits,
         params: input.sampling,
@@ -34,8 +37,8 @@ pub(super) fn sample_plain(input: &StrategyInput<'_>, logits: &[f32]) -> Result<
         output_token_ids: input.output_token_ids,
         seed: input.seed,
         step: input.output_token_ids.len() as u64,
-    })
-    .map_err(|e| format!("sampling failed: {e}"))?;
+        mask: input.mask,
+    })?;
     let logprob = out.logprob.map(|logprob| TokenLogprob {
         token_id: out.token_id,
         logprob,

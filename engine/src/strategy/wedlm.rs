@@ -21,13 +21,13 @@ use entrobatch_sampler::{entropy_nats, log_softmax, top_logprobs, uniform};
 use serde::{Deserialize, Serialize};
 
 use super::plain::logit_metrics;
-use super::{ScratchRow, SequenceStrategy, SpanPlan, StrategyInput, StrategyOutput};
+use super::{ScratchRow, SequenceStrategy, SpanPlan, StrategyError, StrategyInput, StrategyOutput};
 use crate::event::{GeneratedToken, TokenLogprob};
 use crate::metrics::EngineMetrics;
 
 /// Per-request WeDLM settings (defaults: the reference engine's).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct WedlmConfig {
     /// W: window slots after the committed tokens.
     pub window_size: usize,
@@ -45,18 +45,21 @@ impl Default for WedlmConfig {
 }
 
 impl WedlmConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), StrategyError> {
         if self.window_size == 0 {
-            return Err("wedlm: window_size must be at least 1".into());
+            return Err(StrategyError::config("wedlm", "window_size must be at least 1"));
         }
         if let Some(t) = self.entropy_threshold {
             // +inf is allowed: every mask is filled every forward.
             if t.is_nan() || t < 0.0 {
-                return Err(format!("wedlm: entropy_threshold must be >= 0 (or none), got {t}"));
+                return Err(StrategyError::config("wedlm", format!("entropy_threshold must be >= 0 (or none), got {t}")));
             }
         }
         if !(self.pos_penalty.is_finite() && self.pos_penalty >= 0.0) {
-            return Err(format!("wedlm: pos_penalty must be finite and >= 0, got {}", self.pos_penalty));
+            return Err(StrategyError::config(
+                "wedlm",
+                format!("pos_penalty must be finite and >= 0, got {}", self.pos_penalty),
+            ));
         }
         Ok(())
     }
@@ -93,7 +96,7 @@ impl WedlmStrategy {
         max_tokens: usize,
         max_model_len: usize,
         metrics: Option<Arc<EngineMetrics>>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, StrategyError> {
         config.validate()?;
         Ok(Self {
             config: config.clone(),
@@ -171,7 +174,7 @@ impl SequenceStrategy for WedlmStrategy {
         }
     }
 
-    fn process(&mut self, input: StrategyInput<'_>) -> Result<StrategyOutput, String> {
+    fn process(&mut self, input: StrategyInput<'_>) -> Result<StrategyOutput, StrategyError> {
         let num_prompt = input.prompt_token_ids.len();
         let layout = self.layout.take();
         let Some(mut window) = self.window.take() else {
@@ -179,7 +182,7 @@ impl SequenceStrategy for WedlmStrategy {
             let len = self.window_len(num_prompt, ctx);
             if len == 0 {
                 // Only reachable if the engine let `prompt + max_tokens` exceed the context.
-                return Err("wedlm: no room for a window before the context or max_tokens ends".into());
+                return Err(StrategyError::internal("wedlm", "no room for a window before the context or max_tokens ends"));
             }
             self.window = Some(vec![None; len]);
             return Ok(StrategyOutput { tokens: Vec::new(), next_scratch_rows: len });
@@ -190,19 +193,16 @@ impl SequenceStrategy for WedlmStrategy {
             return Ok(StrategyOutput { tokens: Vec::new(), next_scratch_rows: len });
         };
         if input.logits.len() != layout.mask_slots.len() {
-            return Err(format!(
-                "wedlm: {} logits rows for {} masks",
+            return Err(StrategyError::internal("wedlm", format!(
+                "{} logits rows for {} masks",
                 input.logits.len(),
                 layout.mask_slots.len()
-            ));
+            )));
         }
         let sampling = input.sampling;
         let mut entropy = Vec::with_capacity(input.logits.len());
         let mut sampled = Vec::with_capacity(input.logits.len());
         for (logits, &slot) in input.logits.iter().zip(&layout.mask_slots) {
-            if logits.iter().any(|l| !l.is_finite()) {
-                return Err("wedlm: non-finite logits".into());
-            }
             entropy.push(entropy_nats(logits));
             // A counter draw per (forward, position): independent of batch composition.
             let u = uniform(input.seed, self.forwards, (layout.ctx + slot) as u64);
@@ -243,6 +243,10 @@ impl SequenceStrategy for WedlmStrategy {
 
     /// Table room for committed tokens plus a full refilled window (the reference's
     /// `len + 2W`). Window rows never write the cache here, so this is a reservation only.
+    fn max_scratch_rows(&self) -> usize {
+        self.config.window_size
+    }
+
     fn lookahead_slots(&self) -> usize {
         2 * self.config.window_size
     }

@@ -97,6 +97,10 @@ mod simd {
     mod imp {
         use std::arch::x86_64::*;
 
+        /// # Safety
+        ///
+        /// The CPU must support AVX2, and `xb` and `qb` must each hold at least 32 (`BLOCK`)
+        /// elements.
         #[target_feature(enable = "avx2")]
         pub(super) unsafe fn quantize_block(xb: &[f32], qb: &mut [i8]) -> (f32, i32) {
             let p = xb.as_ptr();

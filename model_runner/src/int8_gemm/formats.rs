@@ -106,7 +106,7 @@ pub(crate) fn decode(format: &Format, b: &[u8], sub: usize) -> Block32 {
             let qs = &b[16 + 32 * (sub / 2)..16 + 32 * (sub / 2) + 32];
             let mut q = [0u8; BLOCK];
             for (v, &byte) in q.iter_mut().zip(qs) {
-                *v = if sub % 2 == 0 { byte & 0x0F } else { byte >> 4 };
+                *v = if sub.is_multiple_of(2) { byte & 0x0F } else { byte >> 4 };
             }
             Block32 { q, d: d * sc as f32, m: -(dmin * mn as f32) }
         }

@@ -93,12 +93,23 @@ mod imp {
     use super::{NIBBLE, SIGNED, UNSIGNED};
 
     /// Group `g`'s 4 activations of the row at `x` (the block's first quant), in every lane.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2, and the 4 bytes at `x.add(4 * g)` must be readable (`g < 8`
+    /// with `x` at the start of a `BLOCK`-quant block); no alignment is required.
     #[inline(always)]
     unsafe fn group(x: *const i8, g: usize) -> __m256i {
         _mm256_set1_epi32(std::ptr::read_unaligned(x.add(4 * g) as *const i32))
     }
 
-    /// Caller guarantees AVX2+FMA and the bounds checked in `tile` for rows `row0..row0 + R`.
+    /// # Safety
+    ///
+    /// Caller guarantees AVX2+FMA and the bounds checked in `tile` for rows `row0..row0 + R`
+    /// (among them `out.len() >= R * PANEL`).
+    // Indexing is clearer here: `r` selects the same row of `s16`, `dots`, `acc` and the
+    // activations (`x(r)`, `xs`, `sums`) in lockstep.
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn tile_n<const R: usize, const KIND: u8>(
         panel: &Panel<'_>,

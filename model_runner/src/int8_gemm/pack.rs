@@ -85,7 +85,7 @@ impl PackedWeight {
     /// tensors (Qwen2.5's lm_head among them) get the batched kernel instead of candle's
     /// per-row one. The f32 copy lives only while packing.
     fn requantized(weight: &QTensor, out_features: usize, in_features: usize) -> Result<Self, Int8GemmError> {
-        if in_features % BLOCK != 0 {
+        if !in_features.is_multiple_of(BLOCK) {
             return Err(Int8GemmError::BadBlockCount { cols: in_features, block: BLOCK });
         }
         let data = |e: candle_core::Error| Int8GemmError::Data(e.to_string());

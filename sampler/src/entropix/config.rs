@@ -13,7 +13,7 @@ use crate::error::SamplerError;
 pub const MAX_ADAPTIVE_SAMPLES: usize = 12;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct EntropixConfig {
     /// Base temperature T0.
     pub temp: f32,

@@ -133,5 +133,5 @@ pub(crate) fn read_jsonl<T: serde::de::DeserializeOwned>(path: &std::path::Path)
 
 /// A one-message chat prompt: all three tasks ask instruct models through their template.
 pub(crate) fn user_prompt(content: String) -> Prompt {
-    Prompt::Chat(vec![crate::ChatMessage { role: "user".into(), content }])
+    Prompt::Chat(vec![crate::ChatMessage::new("user", content)])
 }

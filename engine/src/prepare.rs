@@ -1,0 +1,161 @@
+//! `Engine::prepare`: the one place a request is checked, in the manner of TGI's
+//! `ValidGenerateRequest`. What comes out is trusted by the loop: prompt ids inside the
+//! vocabulary, a resolved `max_tokens` that fits the context and the KV cache, valid sampling
+//! parameters, the request's strategy already built, and its seed. `submit` and the HTTP
+//! server both go through it, on the caller's thread, so bad input never reaches the loop.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use entrobatch_sampler::SamplerError;
+use entrobatch_scheduler::{NeverFitsReason, SchedulerError};
+
+use crate::engine::Engine;
+use crate::error::{EngineError, Result};
+use crate::request::{GenerationParams, Request};
+use crate::strategy::{build_strategy, Decoding, SequenceStrategy, StrategyContext, StrategyError};
+use crate::structured::{Constraint, StructuredOutput};
+
+/// A request the engine has validated; only `Engine::prepare` makes one.
+pub struct PreparedRequest {
+    pub(crate) prompt_token_ids: Vec<u32>,
+    /// `max_tokens` resolved (`Request::until_context_full`) and checked.
+    pub(crate) params: GenerationParams,
+    pub(crate) strategy: Box<dyn SequenceStrategy>,
+    /// The compiled grammar of a structured-output request, at its start state.
+    pub(crate) constraint: Option<Constraint>,
+    /// The client's seed, or a fresh one: every request runs seeded.
+    pub(crate) seed: u64,
+}
+
+impl PreparedRequest {
+    pub fn prompt_token_ids(&self) -> &[u32] {
+        &self.prompt_token_ids
+    }
+
+    pub fn params(&self) -> &GenerationParams {
+        &self.params
+    }
+}
+
+impl std::fmt::Debug for PreparedRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedRequest")
+            .field("prompt_token_ids", &self.prompt_token_ids)
+            .field("params", &self.params)
+            .field("seed", &self.seed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Tokenizes and validates `request` against this engine's model and limits.
+    pub fn prepare(&self, request: Request) -> Result<PreparedRequest> {
+        let Request { prompt, mut params, until_context_full } = request;
+        let prompt_token_ids = self.tokenize_prompt(&prompt, &params)?;
+        let num_prompt = prompt_token_ids.len();
+        if until_context_full {
+            params.max_tokens = self.room_after(num_prompt);
+        }
+        let info = self.info();
+        params.sampling.validate(info.model_config.vocab_size).map_err(sampling_error)?;
+        if params.max_tokens == 0 {
+            return Err(EngineError::invalid("max_tokens", "max_tokens must be at least 1"));
+        }
+        let ctx = StrategyContext {
+            mask_token_id: info.model_config.mask_token_id,
+            max_model_len: info.max_model_len,
+            max_tokens: params.max_tokens,
+            metrics: Some(self.metrics().clone()),
+            ..StrategyContext::new(self.tokenizer())
+        };
+        let strategy = build_strategy(&params.decoding, &ctx)?;
+        self.check_fits(num_prompt, &params, strategy.as_ref())?;
+        let constraint = params.structured.as_ref().map(|spec| self.compile_constraint(spec, &params)).transpose()?;
+        let seed = params.sampling.seed.unwrap_or_else(random_seed);
+        Ok(PreparedRequest { prompt_token_ids, params, strategy, constraint, seed })
+    }
+
+    fn compile_constraint(&self, spec: &StructuredOutput, params: &GenerationParams) -> Result<Constraint> {
+        if let Decoding::Wedlm(_) = params.decoding {
+            // A window fills several positions from one forward, each sampled without the
+            // tokens before it: no grammar state exists for them.
+            return Err(StrategyError::Unsupported {
+                strategy: "wedlm",
+                reason: "structured outputs need one token at a time; use plain, entropix or mti decoding".into(),
+            }
+            .into());
+        }
+        if params.ignore_eos {
+            return Err(EngineError::invalid(
+                "ignore_eos",
+                "ignore_eos cannot be combined with a structured output: the output ends where its grammar does",
+            ));
+        }
+        Ok(self.structured_backend()?.compile(spec)?)
+    }
+
+    /// Tokens a request may generate after a prompt of `num_prompt` tokens: what the context
+    /// and the whole KV cache leave (at least 1, so an over-long prompt fails the fit check).
+    fn room_after(&self, num_prompt: usize) -> usize {
+        let limits = self.limits();
+        let capacity = limits.num_blocks.saturating_mul(limits.block_size);
+        limits.max_model_len.min(capacity).saturating_sub(num_prompt).max(1)
+    }
+
+    /// Whether the request could run even alone in an empty engine; the scheduler's own rule
+    /// (`SchedulerConfig::check_fits`), so the two can never disagree.
+    fn check_fits(&self, num_prompt: usize, params: &GenerationParams, strategy: &dyn SequenceStrategy) -> Result<()> {
+        let limits = self.limits();
+        let scratch = strategy.max_scratch_rows();
+        if scratch > 0 && limits.check_scratch_rows(0, scratch).is_err() {
+            return Err(StrategyError::config(
+                params.decoding.name(),
+                format!(
+                    "needs {scratch} extra rows in a step beside its token, but max_num_batched_tokens is {}",
+                    limits.max_num_batched_tokens
+                ),
+            )
+            .into());
+        }
+        // Scratch rows sit after the sequence's last token, so they must stay inside the
+        // rotary table or the whole batch's forward would fail.
+        let past_end = strategy.positions_past_end();
+        let positions = self.info().model_config.max_position_embeddings;
+        let needed = num_prompt.saturating_add(params.max_tokens).saturating_add(past_end);
+        if past_end > 0 && needed > positions {
+            let reason = format!("{}'s extra rows ({past_end} positions) run past the model's positions", params.decoding.name());
+            return Err(EngineError::NeverFits { needed, limit: positions, reason });
+        }
+        match limits.check_fits(0, num_prompt, params.max_tokens, 0) {
+            Ok(()) => Ok(()),
+            Err(SchedulerError::NeverFits { needed_tokens, limit, reason, .. }) => {
+                let reason = match reason {
+                    NeverFitsReason::MaxModelLen => format!(
+                        "prompt ({num_prompt} tokens) plus max_tokens ({}) exceeds the context length",
+                        params.max_tokens
+                    ),
+                    NeverFitsReason::KvCacheCapacity => "more tokens than the whole KV cache holds".into(),
+                    NeverFitsReason::TokenBudget => "more rows than one step may run".into(),
+                };
+                Err(EngineError::NeverFits { needed: needed_tokens, limit, reason })
+            }
+            Err(other) => Err(other.into()),
+        }
+    }
+}
+
+fn sampling_error(e: SamplerError) -> EngineError {
+    match e {
+        SamplerError::InvalidParam { field, message } => {
+            EngineError::invalid(field, format!("invalid sampling parameter `{field}`: {message}"))
+        }
+        other => EngineError::invalid("sampling", other.to_string()),
+    }
+}
+
+fn random_seed() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    nanos ^ COUNTER.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}

@@ -1,0 +1,218 @@
+//! Per-model llguidance state: the token trie and the grammar compiler (`ParserFactory`),
+//! built once and shared by every request's [`Constraint`].
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use entrobatch_model_runner::GgufTokenizer;
+use llguidance::api::TopLevelGrammar;
+use llguidance::{JsonCompileOptions, Matcher, ParserFactory};
+use serde_json::{json, Value};
+use toktrie::{TokEnv, TokenizerEnv};
+
+use super::constraint::{clean, Constraint};
+use super::spec::{StructuredError, StructuredOutput};
+use super::vocab::GgufTokEnv;
+
+/// Compiles [`StructuredOutput`] specs for one model. Cheap to clone (an `Arc`).
+#[derive(Clone)]
+pub struct StructuredBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    factory: ParserFactory,
+    vocab_size: usize,
+    eos_token_ids: Arc<[u32]>,
+}
+
+impl std::fmt::Debug for StructuredBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StructuredBackend")
+            .field("vocab_size", &self.inner.vocab_size)
+            .field("eos_token_ids", &self.inner.eos_token_ids)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StructuredBackend {
+    /// `vocab_size` = length of a logits row (may exceed the tokenizer's token count, e.g.
+    /// Qwen2.5 151936 vs 151665): ids past the tokenizer are never allowed.
+    pub fn new(tokenizer: &GgufTokenizer, vocab_size: usize) -> Result<Self, StructuredError> {
+        let env = GgufTokEnv::new(tokenizer, vocab_size)?;
+        let eos_token_ids: Arc<[u32]> = env.tok_trie().eos_tokens().into();
+        let tok_env: TokEnv = Arc::new(env);
+        let mut factory = ParserFactory::new_simple(&tok_env)
+            .map_err(|e| StructuredError::Internal(format!("llguidance setup: {e}")))?;
+        // llguidance prints grammar warnings to stderr by default; they are logged through
+        // tracing in `compile` instead.
+        factory.quiet();
+        // Verbose errors append the parser state (all text generated so far) and a dump of the
+        // grammar to every runtime error: too much for a client-facing message or a log line.
+        factory.limits_mut().verbose_errors = false;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                factory,
+                vocab_size,
+                eos_token_ids,
+            }),
+        })
+    }
+
+    /// Length of the masks this backend produces (the logits row length).
+    pub fn vocab_size(&self) -> usize {
+        self.inner.vocab_size
+    }
+
+    /// Ids that end the output; a mask allows them all exactly when the grammar may end.
+    pub fn eos_token_ids(&self) -> &[u32] {
+        &self.inner.eos_token_ids
+    }
+
+    /// Validates and compiles; an invalid or unsupported schema/regex/grammar is an error
+    /// naming the problem (the HTTP 400 path). Never panics: llguidance panics are caught
+    /// and reported as errors.
+    pub fn compile(&self, spec: &StructuredOutput) -> Result<Constraint, StructuredError> {
+        let grammar = to_grammar(spec)?;
+        let factory = &self.inner.factory;
+        // Matcher::new also starts the parser, outside llguidance's own panic guard.
+        let built = llguidance::panic_utils::catch_unwind(AssertUnwindSafe(|| {
+            let parser = factory.create_parser(grammar)?;
+            Ok(Matcher::new(Ok(parser)))
+        }));
+        let mut matcher = built.map_err(|e| spec.compile_error(clean(e.to_string())))?;
+        if let Some(e) = matcher.get_error() {
+            return Err(spec.compile_error(clean(e)));
+        }
+        for w in matcher.grammar_warnings() {
+            tracing::debug!(kind = spec.kind(), "structured output grammar warning: {w}");
+        }
+        Ok(Constraint::new(
+            matcher,
+            self.inner.vocab_size,
+            self.inner.eos_token_ids.clone(),
+        ))
+    }
+}
+
+// Shared by the request-admission path (compile) and the engine loop.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<StructuredBackend>();
+};
+
+/// The llguidance grammar for a spec.
+fn to_grammar(spec: &StructuredOutput) -> Result<TopLevelGrammar, StructuredError> {
+    Ok(match spec {
+        StructuredOutput::JsonObject => {
+            TopLevelGrammar::from_json_schema(compact_schema(json!({"type": "object"}))?)
+        }
+        StructuredOutput::JsonSchema(schema) => {
+            TopLevelGrammar::from_json_schema(compact_schema(schema.clone())?)
+        }
+        StructuredOutput::Regex(rx) => {
+            // regex_to_lark only rewrites text, but it is not ours: guard it too.
+            let rx = rx.clone();
+            llguidance::panic_utils::catch_unwind(AssertUnwindSafe(move || {
+                Ok(TopLevelGrammar::from_regex(&rx))
+            }))
+            .map_err(|e| StructuredError::InvalidRegex(e.to_string()))?
+        }
+        StructuredOutput::Choice(options) => {
+            if options.is_empty() {
+                return Err(StructuredError::EmptyChoice);
+            }
+            TopLevelGrammar::from_lark(choice_grammar(options))
+        }
+        StructuredOutput::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
+    })
+}
+
+/// Lark grammar matching exactly one of `options`. Lark string literals are JSON strings
+/// (llguidance decodes them with serde_json), so JSON escaping quotes any text safely.
+pub(crate) fn choice_grammar(options: &[String]) -> String {
+    let alts: Vec<String> = options
+        .iter()
+        .map(|o| Value::String(o.clone()).to_string())
+        .collect();
+    format!("start: {}\n", alts.join(" | "))
+}
+
+/// The schema with llguidance's JSON options set for compact output: no whitespace between
+/// tokens. llguidance's default (`whitespace_flexible`) allows any run of whitespace wherever
+/// JSON does, and a model sampled at temperature 1 can then emit whitespace until max_tokens.
+/// Other llguidance options a client put in `x-guidance` (e.g. separators, `lenient`) are
+/// kept; whitespace settings are not.
+fn compact_schema(schema: Value) -> Result<Value, StructuredError> {
+    let mut obj = match schema {
+        Value::Object(o) => o,
+        // `true` is the schema that accepts any JSON value.
+        Value::Bool(true) => serde_json::Map::new(),
+        Value::Bool(false) => {
+            return Err(StructuredError::InvalidSchema(
+                "the schema `false` accepts no value".into(),
+            ))
+        }
+        other => {
+            return Err(StructuredError::InvalidSchema(format!(
+                "a JSON schema must be an object or a boolean, got {other}"
+            )))
+        }
+    };
+    let mut opts = match obj.remove("x-guidance") {
+        Some(v) => serde_json::from_value::<JsonCompileOptions>(v)
+            .map_err(|e| StructuredError::InvalidSchema(format!("x-guidance: {e}")))?,
+        None => JsonCompileOptions::default(),
+    };
+    opts.whitespace_flexible = false;
+    opts.whitespace_pattern = None;
+    let opts = serde_json::to_value(&opts)
+        .map_err(|e| StructuredError::Internal(format!("x-guidance options: {e}")))?;
+    obj.insert("x-guidance".into(), opts);
+    Ok(Value::Object(obj))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choice_grammar_escapes() {
+        let g = choice_grammar(&["a\"b".into(), "c\\d\n".into(), "".into()]);
+        assert_eq!(g, "start: \"a\\\"b\" | \"c\\\\d\\n\" | \"\"\n");
+    }
+
+    #[test]
+    fn compact_schema_forces_whitespace_off() {
+        let s = compact_schema(json!({
+            "type": "object",
+            "x-guidance": {"whitespace_flexible": true, "whitespace_pattern": " +", "lenient": true}
+        }))
+        .unwrap();
+        let g = &s["x-guidance"];
+        assert_eq!(g["whitespace_flexible"], json!(false));
+        assert_eq!(g["whitespace_pattern"], Value::Null);
+        assert_eq!(g["lenient"], json!(true));
+        assert_eq!(s["type"], json!("object"));
+        assert!(matches!(
+            compact_schema(json!(false)),
+            Err(StructuredError::InvalidSchema(_))
+        ));
+        assert!(matches!(
+            compact_schema(json!(3)),
+            Err(StructuredError::InvalidSchema(_))
+        ));
+        assert!(matches!(
+            compact_schema(json!({"x-guidance": {"bogus": 1}})),
+            Err(StructuredError::InvalidSchema(_))
+        ));
+        assert_eq!(
+            compact_schema(json!(true))
+                .unwrap()
+                .as_object()
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+}

@@ -1,0 +1,199 @@
+//! One request's compiled constraint: wraps an llguidance `Matcher` and turns its masks into
+//! the sampler's [`TokenMask`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use entrobatch_sampler::TokenMask;
+use llguidance::Matcher;
+
+use super::spec::StructuredError;
+
+/// The grammar state of one request. Owned by the engine loop (it is `Send`); per step:
+/// [`mask`](Self::mask) -> sample -> [`commit`](Self::commit).
+pub struct Constraint {
+    matcher: Matcher,
+    eos_token_ids: Arc<[u32]>,
+    mask: TokenMask,
+    /// `mask` describes the current state (reset by every commit).
+    mask_valid: bool,
+    /// An EOS id was committed: the output is over.
+    ended: bool,
+    mask_time: Duration,
+    mask_count: u64,
+}
+
+impl std::fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Constraint")
+            .field("vocab_size", &self.mask.len())
+            .field("ended", &self.ended)
+            .field("stopped", &self.matcher.is_stopped())
+            .field("error", &self.matcher.get_error())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Constraint {
+    pub(crate) fn new(matcher: Matcher, vocab_size: usize, eos_token_ids: Arc<[u32]>) -> Self {
+        Self {
+            matcher,
+            eos_token_ids,
+            mask: TokenMask::none(vocab_size),
+            mask_valid: false,
+            ended: false,
+            mask_time: Duration::ZERO,
+            mask_count: 0,
+        }
+    }
+
+    /// Allowed next tokens over the full logits row; cached until the next commit. Every EOS
+    /// id is allowed iff the grammar may end here (llguidance adds the trie's EOS set when
+    /// the grammar accepts); special tokens are never allowed otherwise, unless a Lark grammar
+    /// names one explicitly (`<|...|>` syntax). Once the grammar is complete (or ended) only
+    /// the EOS ids are allowed.
+    pub fn mask(&mut self) -> Result<&TokenMask, StructuredError> {
+        if !self.mask_valid {
+            self.refresh_mask()?;
+            self.mask_valid = true;
+        }
+        Ok(&self.mask)
+    }
+
+    fn refresh_mask(&mut self) -> Result<(), StructuredError> {
+        if let Some(e) = self.matcher.get_error() {
+            return Err(StructuredError::Internal(clean(e)));
+        }
+        if self.ended || self.matcher.is_stopped() {
+            // llguidance refuses to compute a mask once stopped; the only way on is EOS.
+            self.mask.clear();
+            for &eos in self.eos_token_ids.iter() {
+                self.mask.allow(eos);
+            }
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let vob = self.matcher.compute_mask().map_err(|e| {
+            StructuredError::Internal(format!(
+                "computing the token mask: {}",
+                clean(e.to_string())
+            ))
+        })?;
+        // Same word layout, and the trie was built with exactly the row's length: a straight
+        // copy. Words the source lacks mean "not allowed".
+        let src = vob.as_slice();
+        let dst = self.mask.words_mut();
+        let n = src.len().min(dst.len());
+        dst[..n].copy_from_slice(&src[..n]);
+        dst[n..].fill(0);
+        self.mask_time += t0.elapsed();
+        self.mask_count += 1;
+        Ok(())
+    }
+
+    /// Advance on a committed token (any EOS id when the grammar accepts ends it). A token
+    /// the grammar does not allow here is `Rejected` and leaves the state unchanged.
+    pub fn commit(&mut self, token_id: u32) -> Result<(), StructuredError> {
+        let reject = |reason: &str| {
+            Err(StructuredError::Rejected {
+                token_id,
+                reason: reason.to_string(),
+            })
+        };
+        if token_id as usize >= self.mask.len() {
+            return reject("token id is outside the vocabulary");
+        }
+        let is_eos = self.eos_token_ids.contains(&token_id);
+        if self.ended {
+            return if is_eos {
+                Ok(())
+            } else {
+                reject("the output already ended with EOS")
+            };
+        }
+        if let Some(e) = self.matcher.get_error() {
+            return Err(StructuredError::Internal(clean(e)));
+        }
+        if self.matcher.is_stopped() {
+            // Complete grammar (llguidance stopped it after the last byte): only EOS is left.
+            if is_eos {
+                self.ended = true;
+                self.mask_valid = false;
+                return Ok(());
+            }
+            return reject("the output is complete; only EOS may follow");
+        }
+        let allowed = if self.mask_valid {
+            self.mask.allows(token_id)
+        } else {
+            // No mask computed for this step (e.g. a forced token): check without advancing,
+            // so a rejected token cannot put the matcher into its error state.
+            let n = self.matcher.validate_tokens(&[token_id]).map_err(|e| {
+                StructuredError::Internal(format!("validating a token: {}", clean(e.to_string())))
+            })?;
+            n == 1
+        };
+        if !allowed {
+            return reject(if is_eos {
+                "EOS before the output is complete"
+            } else {
+                "the grammar does not allow this token here"
+            });
+        }
+        self.matcher.consume_token(token_id).map_err(|e| {
+            StructuredError::Internal(format!(
+                "committing token {token_id}: {}",
+                clean(e.to_string())
+            ))
+        })?;
+        self.mask_valid = false;
+        if is_eos {
+            self.ended = true;
+        }
+        Ok(())
+    }
+
+    /// The grammar is complete and only EOS can follow (also true once EOS was committed).
+    pub fn is_finished(&self) -> bool {
+        self.ended || (self.matcher.is_stopped() && !self.matcher.is_error())
+    }
+
+    /// The output so far is a complete match: EOS would be allowed now.
+    pub fn is_accepting(&mut self) -> bool {
+        self.is_finished() || self.matcher.is_accepting().unwrap_or(false)
+    }
+
+    /// Why the constraint failed, if it did (it then refuses every further step).
+    pub fn error(&self) -> Option<String> {
+        self.matcher.get_error().map(clean)
+    }
+
+    /// Tokens the grammar forces next (llguidance fast-forward); empty when none. They are
+    /// not committed: the caller appends them and commits each.
+    pub fn forced_tokens(&mut self) -> Vec<u32> {
+        if self.ended || self.matcher.is_stopped() {
+            return Vec::new();
+        }
+        self.matcher.compute_ff_tokens()
+    }
+
+    /// Total time spent computing masks and how many were computed (cache hits and the
+    /// EOS-only masks after the end are not counted).
+    pub fn mask_stats(&self) -> (Duration, u64) {
+        (self.mask_time, self.mask_count)
+    }
+}
+
+/// llguidance's runtime errors end with a `<non-verbose/>` marker (verbose errors are off).
+pub(super) fn clean(msg: String) -> String {
+    match msg.strip_suffix("<non-verbose/>") {
+        Some(m) => m.trim_end().to_string(),
+        None => msg,
+    }
+}
+
+// The engine loop moves constraints between threads.
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<Constraint>();
+};

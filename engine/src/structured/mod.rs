@@ -1,0 +1,31 @@
+//! Structured outputs (constrained decoding) with llguidance.
+//!
+//! - [`StructuredBackend`]: built once per model from its tokenizer (token trie + grammar
+//!   compiler).
+//! - [`StructuredBackend::compile`]: a request's [`StructuredOutput`] -> [`Constraint`];
+//!   a bad schema/regex/grammar is a [`StructuredError`] for which
+//!   [`is_client_error`](StructuredError::is_client_error) holds (HTTP 400).
+//! - per step: [`Constraint::mask`] (a [`TokenMask`](entrobatch_sampler::TokenMask) the
+//!   sampler applies) -> sample -> [`Constraint::commit`]; stop when
+//!   [`Constraint::is_finished`] or an EOS id was committed.
+//!
+//! JSON grammars are compact: llguidance's flexible whitespace is switched off, so outputs
+//! are short and a sampled model cannot pad them with endless whitespace.
+
+mod backend;
+mod constraint;
+mod spec;
+mod vocab;
+
+pub use backend::StructuredBackend;
+pub use constraint::Constraint;
+pub use spec::{StructuredError, StructuredOutput};
+
+#[cfg(test)]
+mod test_util;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_perf;
+#[cfg(test)]
+mod tests_walk;

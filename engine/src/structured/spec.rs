@@ -1,0 +1,131 @@
+//! What a request asks for (travels inside `GenerationParams`) and the errors of the
+//! structured-output path.
+
+use serde_json::Value;
+
+/// A constraint on the generated text.
+///
+/// Serialized externally tagged in snake_case: `"json_object"`, `{"json_schema": {..}}`,
+/// `{"regex": ".."}`, `{"choice": ["a", "b"]}`, `{"lark": ".."}`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StructuredOutput {
+    /// Any JSON object (OpenAI `response_format: {"type": "json_object"}`).
+    JsonObject,
+    /// A JSON Schema (OpenAI `response_format: {"type": "json_schema"}`).
+    JsonSchema(Value),
+    /// A regular expression (Rust `regex` syntax) the whole output must match.
+    Regex(String),
+    /// Exactly one of these strings.
+    Choice(Vec<String>),
+    /// A grammar in llguidance's Lark dialect (what vLLM-style `grammar` takes).
+    Lark(String),
+}
+
+impl StructuredOutput {
+    /// Short name of the variant, for logs and error messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StructuredOutput::JsonObject => "json_object",
+            StructuredOutput::JsonSchema(_) => "json_schema",
+            StructuredOutput::Regex(_) => "regex",
+            StructuredOutput::Choice(_) => "choice",
+            StructuredOutput::Lark(_) => "lark",
+        }
+    }
+
+    /// Wraps a compile error from llguidance in the variant that names what was wrong.
+    pub(crate) fn compile_error(&self, msg: String) -> StructuredError {
+        match self {
+            StructuredOutput::JsonObject | StructuredOutput::JsonSchema(_) => {
+                StructuredError::InvalidSchema(msg)
+            }
+            StructuredOutput::Regex(_) => StructuredError::InvalidRegex(msg),
+            StructuredOutput::Choice(_) | StructuredOutput::Lark(_) => {
+                StructuredError::InvalidGrammar(msg)
+            }
+        }
+    }
+}
+
+/// Errors of structured outputs. The `Invalid*` and `EmptyChoice` variants are the client's
+/// fault (HTTP 400, see [`StructuredError::is_client_error`]); the rest are the engine's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StructuredError {
+    /// The JSON schema is malformed, unsatisfiable, or uses a feature llguidance does not
+    /// implement (it refuses rather than silently ignore a constraint).
+    #[error("invalid or unsupported JSON schema: {0}")]
+    InvalidSchema(String),
+    #[error("invalid or unsupported regex: {0}")]
+    InvalidRegex(String),
+    #[error("invalid grammar: {0}")]
+    InvalidGrammar(String),
+    #[error("`choice` must list at least one string")]
+    EmptyChoice,
+    /// A token that the constraint does not allow at this point was committed.
+    #[error("token {token_id} rejected by the output constraint: {reason}")]
+    Rejected { token_id: u32, reason: String },
+    /// The model's tokenizer cannot drive llguidance (not byte-level BPE, no EOS, ...).
+    #[error("structured outputs unsupported for this tokenizer: {0}")]
+    UnsupportedTokenizer(String),
+    /// llguidance failed while running a valid constraint (e.g. it exceeded its lexer or
+    /// parser limits, or allows no token at all).
+    #[error("structured output constraint failed: {0}")]
+    Internal(String),
+}
+
+impl StructuredError {
+    /// True when the request itself is at fault (answer 400, not 500).
+    pub fn is_client_error(&self) -> bool {
+        matches!(
+            self,
+            StructuredError::InvalidSchema(_)
+                | StructuredError::InvalidRegex(_)
+                | StructuredError::InvalidGrammar(_)
+                | StructuredError::EmptyChoice
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn serde_shape() {
+        let cases = [
+            (StructuredOutput::JsonObject, json!("json_object")),
+            (
+                StructuredOutput::JsonSchema(json!({"type": "integer"})),
+                json!({"json_schema": {"type": "integer"}}),
+            ),
+            (StructuredOutput::Regex("a+".into()), json!({"regex": "a+"})),
+            (
+                StructuredOutput::Choice(vec!["x".into(), "y".into()]),
+                json!({"choice": ["x", "y"]}),
+            ),
+            (
+                StructuredOutput::Lark("start: \"a\"".into()),
+                json!({"lark": "start: \"a\""}),
+            ),
+        ];
+        for (spec, want) in cases {
+            assert_eq!(serde_json::to_value(&spec).unwrap(), want);
+            let back: StructuredOutput = serde_json::from_value(want).unwrap();
+            assert_eq!(back, spec);
+        }
+    }
+
+    #[test]
+    fn client_errors() {
+        assert!(StructuredError::EmptyChoice.is_client_error());
+        assert!(StructuredError::InvalidRegex("x".into()).is_client_error());
+        assert!(!StructuredError::Internal("x".into()).is_client_error());
+        let r = StructuredError::Rejected {
+            token_id: 1,
+            reason: "r".into(),
+        };
+        assert!(!r.is_client_error());
+    }
+}

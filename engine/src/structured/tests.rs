@@ -1,0 +1,267 @@
+//! Structured outputs against the real SmolLM2 tokenizer: valid instances pass token by
+//! token, invalid specs are typed errors, masks cover the full logits row.
+
+use serde_json::json;
+
+use super::test_util::{backend, compile, in_string, tokenizer, SMOLLM2_VOCAB};
+use super::{StructuredBackend, StructuredError, StructuredOutput};
+
+pub(super) fn person_schema() -> serde_json::Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "age": {"type": "integer", "minimum": 0},
+            "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3}
+        },
+        "required": ["name", "age", "tags"],
+        "additionalProperties": false
+    })
+}
+
+#[test]
+fn valid_instance_passes_token_by_token() {
+    let Some(tok) = tokenizer() else { return };
+    let spec = StructuredOutput::JsonSchema(person_schema());
+    let mut c = compile(&spec);
+    let text = r#"{"name":"Ada Lovelace","age":36,"tags":["math","poetry"]}"#;
+    let ids = tok.encode(text, false).unwrap();
+    let im_start = tok.token_id("<|im_start|>").unwrap();
+    let space = tok.encode(" ", false).unwrap()[0];
+    let bracket = tok.encode("[", false).unwrap()[0];
+    for (i, &id) in ids.iter().enumerate() {
+        let m = c.mask().unwrap();
+        assert_eq!(m.len(), SMOLLM2_VOCAB);
+        let shown = tok.decode(&ids[..i], false).unwrap();
+        assert!(m.allows(id), "token {i} ({id}) not allowed after {shown:?}");
+        // Never EOS before the object is complete, never another special token, never free
+        // whitespace between JSON tokens (compact grammar).
+        for &eos in &tok.eos_token_ids {
+            assert!(!m.allows(eos), "EOS allowed after {shown:?}");
+        }
+        assert!(!m.allows(im_start));
+        if !in_string(&shown) {
+            assert!(!m.allows(space), "space allowed after {shown:?}");
+        }
+        if i == 0 {
+            assert!(!m.allows(bracket), "an array cannot start an object");
+        }
+        c.commit(id).unwrap();
+    }
+    assert!(c.is_finished(), "a closed object leaves only EOS");
+    let m = c.mask().unwrap();
+    for &eos in &tok.eos_token_ids {
+        assert!(m.allows(eos));
+    }
+    assert_eq!(
+        m.count_allowed(),
+        tok.eos_token_ids.len(),
+        "only EOS after the end"
+    );
+    c.commit(tok.eos_token_ids[0]).unwrap();
+    assert!(c.is_finished());
+}
+
+#[test]
+fn required_fields_cannot_be_skipped() {
+    let Some(tok) = tokenizer() else { return };
+    let mut c = compile(&StructuredOutput::JsonSchema(person_schema()));
+    for id in tok.encode(r#"{"name":"x""#, false).unwrap() {
+        c.commit(id).unwrap();
+    }
+    // "age" and "tags" are still required: no token may close the object (whatever its
+    // tokenization), and only `,"age` may come next.
+    let m = c.mask().unwrap();
+    assert!(m.count_allowed() > 0);
+    for id in m.allowed_ids() {
+        let t = tok.decode(&[id], false).unwrap();
+        assert!(!t.contains('}'), "{t:?} allowed");
+        assert!(
+            ",\"age".starts_with(&t) || t.starts_with(",\"age"),
+            "{t:?} allowed"
+        );
+    }
+}
+
+#[test]
+fn json_object_accepts_any_object_only() {
+    let Some(tok) = tokenizer() else { return };
+    let text = r#"{"a":[1,2.5,{"b":null}],"c":"x\"y","d":true}"#;
+    let mut c = compile(&StructuredOutput::JsonObject);
+    for id in tok.encode(text, false).unwrap() {
+        assert!(c.mask().unwrap().allows(id));
+        c.commit(id).unwrap();
+    }
+    assert!(c.is_finished());
+    // A bare string is JSON but not an object.
+    let mut c = compile(&StructuredOutput::JsonObject);
+    let quote = tok.encode("\"", false).unwrap()[0];
+    assert!(!c.mask().unwrap().allows(quote));
+}
+
+#[test]
+fn eos_allowed_exactly_when_accepting() {
+    let Some(tok) = tokenizer() else { return };
+    let mut c = compile(&StructuredOutput::JsonSchema(
+        json!({"type": "integer", "minimum": 0, "maximum": 999}),
+    ));
+    let eos = tok.eos_token_ids.clone();
+    assert!(eos.len() >= 2, "SmolLM2 has <|im_end|> and <|endoftext|>");
+    let m = c.mask().unwrap();
+    assert!(
+        eos.iter().all(|&e| !m.allows(e)),
+        "empty output is not an integer"
+    );
+    let seven = tok.encode("7", false).unwrap();
+    assert_eq!(seven.len(), 1);
+    // EOS now is rejected and leaves the state usable.
+    assert!(matches!(
+        c.commit(eos[0]),
+        Err(StructuredError::Rejected { .. })
+    ));
+    c.commit(seven[0]).unwrap();
+    assert!(!c.is_finished(), "77 could still follow");
+    let m = c.mask().unwrap();
+    assert!(
+        eos.iter().all(|&e| m.allows(e)),
+        "every EOS id once accepting"
+    );
+    assert!(m.allows(seven[0]));
+    c.commit(eos[1]).unwrap();
+    assert!(c.is_finished());
+    assert!(matches!(
+        c.commit(seven[0]),
+        Err(StructuredError::Rejected { .. })
+    ));
+}
+
+#[test]
+fn commit_rejects_disallowed_tokens_without_breaking_state() {
+    let Some(tok) = tokenizer() else { return };
+    let spec = StructuredOutput::Choice(vec!["yes".into(), "no".into()]);
+    let maybe = tok.encode("maybe", false).unwrap()[0];
+    let yes = tok.encode("yes", false).unwrap();
+    // Without a mask computed (the validate path) and with one.
+    for with_mask in [false, true] {
+        let mut c = compile(&spec);
+        if with_mask {
+            assert!(!c.mask().unwrap().allows(maybe));
+        }
+        let err = c.commit(maybe).unwrap_err();
+        assert!(matches!(err, StructuredError::Rejected { token_id, .. } if token_id == maybe));
+        let err = c.commit(SMOLLM2_VOCAB as u32).unwrap_err();
+        assert!(matches!(err, StructuredError::Rejected { .. }));
+        for &id in &yes {
+            c.commit(id).unwrap();
+        }
+        assert!(c.is_finished());
+        assert!(c.error().is_none());
+    }
+}
+
+#[test]
+fn forced_tokens_spell_the_forced_prefix() {
+    let Some(tok) = tokenizer() else { return };
+    let mut c = compile(&StructuredOutput::JsonSchema(person_schema()));
+    let forced = c.forced_tokens();
+    assert!(!forced.is_empty(), "`{{\"name\":\"` is forced");
+    let text = tok.decode(&forced, false).unwrap();
+    assert!(r#"{"name":""#.starts_with(&text), "forced {text:?}");
+    for id in forced {
+        c.commit(id).unwrap();
+    }
+    // Inside a free string value nothing is forced.
+    let mut c = compile(&StructuredOutput::JsonSchema(json!({"type": "string"})));
+    let q = c.forced_tokens();
+    assert!("\"".starts_with(&tok.decode(&q, false).unwrap()));
+    c.commit(tok.encode("\"", false).unwrap()[0]).unwrap();
+    assert!(c.forced_tokens().is_empty());
+}
+
+#[test]
+fn invalid_specs_are_typed_errors() {
+    let Some(b) = backend() else { return };
+    let err = |spec: StructuredOutput| match b.compile(&spec) {
+        Ok(_) => panic!("{spec:?} compiled"),
+        Err(e) => {
+            assert!(e.is_client_error(), "{e}");
+            assert!(!e.to_string().is_empty());
+            e
+        }
+    };
+    let schema = |v| err(StructuredOutput::JsonSchema(v));
+    assert!(matches!(
+        schema(json!({"type": "nonsense"})),
+        StructuredError::InvalidSchema(_)
+    ));
+    assert!(matches!(
+        schema(json!(42)),
+        StructuredError::InvalidSchema(_)
+    ));
+    assert!(matches!(
+        schema(json!(false)),
+        StructuredError::InvalidSchema(_)
+    ));
+    assert!(matches!(
+        schema(json!({"type": "string", "minLength": 5, "maxLength": 2})),
+        StructuredError::InvalidSchema(_)
+    ));
+    assert!(matches!(
+        schema(json!({"$ref": "#/$defs/missing"})),
+        StructuredError::InvalidSchema(_)
+    ));
+    assert!(matches!(
+        err(StructuredOutput::Regex("(".into())),
+        StructuredError::InvalidRegex(_)
+    ));
+    assert!(matches!(
+        err(StructuredOutput::Regex("[z-a]".into())),
+        StructuredError::InvalidRegex(_)
+    ));
+    for g in ["start: foo", "this is ((( not lark", ""] {
+        assert!(matches!(
+            err(StructuredOutput::Lark(g.into())),
+            StructuredError::InvalidGrammar(_)
+        ));
+    }
+    assert!(matches!(
+        err(StructuredOutput::Choice(vec![])),
+        StructuredError::EmptyChoice
+    ));
+}
+
+#[test]
+fn mask_covers_ids_past_the_tokenizer() {
+    let Some(tok) = tokenizer() else { return };
+    let row = SMOLLM2_VOCAB + 100;
+    let b = StructuredBackend::new(tok, row).unwrap();
+    assert_eq!(b.vocab_size(), row);
+    assert!(StructuredBackend::new(tok, SMOLLM2_VOCAB - 1).is_err());
+    // A string admits nearly every text token: a permissive mask exercises the skip path.
+    let mut c = b
+        .compile(&StructuredOutput::JsonSchema(json!({"type": "string"})))
+        .unwrap();
+    c.commit(tok.encode("\"", false).unwrap()[0]).unwrap();
+    let m = c.mask().unwrap().clone();
+    assert_eq!(m.len(), row);
+    assert!(
+        m.count_allowed() > SMOLLM2_VOCAB / 2,
+        "{}",
+        m.count_allowed()
+    );
+    for id in SMOLLM2_VOCAB..row {
+        assert!(!m.allows(id as u32));
+    }
+    let mut logits: Vec<f32> = (0..row).map(|i| (i % 97) as f32).collect();
+    m.apply(&mut logits);
+    for (i, &l) in logits.iter().enumerate() {
+        let want = if m.allows(i as u32) {
+            (i % 97) as f32
+        } else {
+            f32::NEG_INFINITY
+        };
+        assert_eq!(l, want, "id {i}");
+    }
+    let pick = m.argmax_allowed(&logits).unwrap();
+    assert!(m.allows(pick) && !tok.is_special(pick));
+}

@@ -1,0 +1,152 @@
+//! The chat endpoint's conversation and tool-calling fields: messages checked and converted
+//! for the chat template, `tools` / `tool_choice` / `parallel_tool_calls` turned into the
+//! template's tool list, a grammar where a call is required, and the parser that finds the
+//! calls in what the model writes (whole, or as a stream of OpenAI `tool_calls` deltas).
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use super::protocol::{ContentField, MessageIn};
+use super::tool_calls::{
+    call_schema, new_call_id, HermesFormat, Parsed, ToolCallFormat, ToolCallStream, ToolChoice, ToolDelta, ToolSpec,
+};
+use crate::structured::StructuredOutput;
+use crate::{ChatMessage, GenerationParams};
+
+/// The roles a conversation may use; `developer` is OpenAI's newer name for `system`.
+const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
+
+/// One OpenAI message as the chat template sees it; unknown roles and malformed tool fields
+/// are refused with the message's position.
+pub fn chat_message(index: usize, m: MessageIn) -> Result<ChatMessage, ApiError> {
+    let at = |what: &str| format!("messages[{index}]{what}");
+    if !ROLES.contains(&m.role.as_str()) {
+        return Err(ApiError::invalid_param(
+            at(".role"),
+            format!("messages[{index}]: unknown role `{}` (one of {})", m.role, ROLES.join(", ")),
+        ));
+    }
+    let content = match m.content {
+        None => String::new(),
+        Some(ContentField::Text(t)) => t,
+        Some(ContentField::Parts(parts)) => {
+            let mut text = String::new();
+            for part in parts {
+                match (part.kind.as_str(), part.text) {
+                    ("text", Some(t)) => text.push_str(&t),
+                    (kind, _) => {
+                        return Err(ApiError::invalid_param(
+                            at(".content"),
+                            format!("content parts of type `{kind}` are not supported (text only)"),
+                        ))
+                    }
+                }
+            }
+            text
+        }
+    };
+    let role = if m.role == "developer" { "system".to_string() } else { m.role };
+    let mut message = ChatMessage::new(role, content);
+    if let Some(calls) = m.tool_calls.filter(|c| !c.is_empty()) {
+        if message.role != "assistant" {
+            return Err(ApiError::invalid_param(at(".tool_calls"), "only assistant messages carry tool_calls"));
+        }
+        for (i, call) in calls.iter().enumerate() {
+            let named = call.pointer("/function/name").is_some_and(Value::is_string);
+            let args = call.pointer("/function/arguments").is_some_and(|a| a.is_string() || a.is_object());
+            if !(named && args) {
+                return Err(ApiError::invalid_param(
+                    at(&format!(".tool_calls[{i}]")),
+                    "a tool call needs `function.name` and `function.arguments` (a JSON string)",
+                ));
+            }
+        }
+        message = message.with_tool_calls(calls);
+    }
+    if message.role == "tool" {
+        let Some(id) = m.tool_call_id else {
+            return Err(ApiError::invalid_param(at(".tool_call_id"), "a tool message must name the call it answers"));
+        };
+        message.tool_call_id = Some(id);
+    }
+    message.name = m.name;
+    Ok(message)
+}
+
+/// A request's tools, once checked: what the response parser looks for.
+pub struct ToolUse {
+    specs: Vec<ToolSpec>,
+    format: Arc<dyn ToolCallFormat>,
+}
+
+/// Reads `tools`, `tool_choice` and `parallel_tool_calls` into `params` (the template's tool
+/// list, a call grammar for `required` or a named function) and returns the parser to run on
+/// the output, or `None` when no call can come back (`tool_choice: "none"`, no tools).
+pub fn parse_tools(
+    tools: Option<Value>,
+    tool_choice: Option<Value>,
+    parallel: Option<bool>,
+    params: &mut GenerationParams,
+) -> Result<Option<ToolUse>, ApiError> {
+    let tools = tools.filter(|t| !t.is_null());
+    let specs = match &tools {
+        Some(list) => ToolSpec::parse_list(list).map_err(|e| ApiError::invalid_param(e.field(), e.to_string()))?,
+        None => Vec::new(),
+    };
+    let choice = ToolChoice::parse(tool_choice.as_ref(), &specs)
+        .map_err(|e| ApiError::invalid_param("tool_choice", e.to_string()))?;
+    if specs.is_empty() {
+        return Ok(None);
+    }
+    params.tools = match tools {
+        Some(Value::Array(list)) => Some(list),
+        _ => None,
+    };
+    if let Some(schema) = call_schema(&specs, &choice, parallel.unwrap_or(true)) {
+        if params.structured.is_some() {
+            return Err(ApiError::invalid_param(
+                "tool_choice",
+                "a required tool call is itself a structured output: drop response_format or use tool_choice auto",
+            ));
+        }
+        params.structured = Some(StructuredOutput::JsonSchema(schema));
+    }
+    if choice == ToolChoice::None {
+        return Ok(None);
+    }
+    Ok(Some(ToolUse { specs, format: Arc::new(HermesFormat::default()) }))
+}
+
+impl ToolUse {
+    pub fn parse(&self, text: &str) -> Parsed {
+        self.format.parse(text, &self.specs)
+    }
+
+    pub fn stream(&self) -> ToolCallStream {
+        ToolCallStream::new(self.format.clone(), self.specs.clone())
+    }
+}
+
+/// A response message's `tool_calls`.
+pub fn tool_calls_json(parsed: &Parsed) -> Value {
+    let calls: Vec<Value> = parsed
+        .calls
+        .iter()
+        .map(|c| json!({ "id": new_call_id(), "type": "function", "function": { "name": c.name, "arguments": c.arguments } }))
+        .collect();
+    Value::Array(calls)
+}
+
+/// The stream deltas of one decided piece, as OpenAI sends them: a call's id and name
+/// first (empty arguments), then its arguments.
+pub fn delta_json(delta: ToolDelta) -> Vec<Value> {
+    match delta {
+        ToolDelta::Content(text) => vec![json!({ "content": text })],
+        ToolDelta::Call { index, id, name, arguments } => vec![
+            json!({ "tool_calls": [{ "index": index, "id": id, "type": "function", "function": { "name": name, "arguments": "" } }] }),
+            json!({ "tool_calls": [{ "index": index, "function": { "arguments": arguments } }] }),
+        ],
+    }
+}
