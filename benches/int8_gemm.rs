@@ -109,7 +109,14 @@ fn main() -> anyhow::Result<()> {
             let gops = 2.0 * (n * k * rows) as f64 / t[2] / 1e9;
             println!(
                 "{:<20} {:>5} {:>10.1}us {:>10.1}us {:>10.1}us {:>9.2} {:>9.2} {:>9.1}",
-                name, rows, t[0] * 1e6, t[1] * 1e6, t[2] * 1e6, t[0] / t[2], t[1] / t[2], gops
+                name,
+                rows,
+                t[0] * 1e6,
+                t[1] * 1e6,
+                t[2] * 1e6,
+                t[0] / t[2],
+                t[1] / t[2],
+                gops
             );
             records.push(serde_json::json!({
                 "shape": name, "out": n, "in": k, "dtype": format!("{dtype:?}"), "rows": rows,
@@ -124,7 +131,13 @@ fn main() -> anyhow::Result<()> {
         let t = layer[ri];
         println!(
             "{:<20} {:>5} {:>10.1}us {:>10.1}us {:>10.1}us {:>9.2} {:>9.2}",
-            "layer", rows, t[0] * 1e6, t[1] * 1e6, t[2] * 1e6, t[0] / t[2], t[1] / t[2]
+            "layer",
+            rows,
+            t[0] * 1e6,
+            t[1] * 1e6,
+            t[2] * 1e6,
+            t[0] / t[2],
+            t[1] / t[2]
         );
         records.push(serde_json::json!({
             "shape": "layer", "rows": rows,

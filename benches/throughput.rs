@@ -76,9 +76,8 @@ fn compare_mti(model: PathBuf) -> anyhow::Result<()> {
         _ => Some(strategy_compare::text_prompts(&config.model, config.requests, config.prompt_len)?),
     };
     let rounds = env_usize("BENCH_ROUNDS", 2);
-    let results = strategy_compare::compare_on(&config, prompts.as_deref(), &runs, rounds, |label| {
-        eprintln!("running {label}")
-    })?;
+    let results =
+        strategy_compare::compare_on(&config, prompts.as_deref(), &runs, rounds, |label| eprintln!("running {label}"))?;
     let json = serde_json::to_string_pretty(&results)?;
     print!("{}", strategy_compare::render(&results));
     if let Ok(path) = std::env::var("BENCH_JSON") {

@@ -31,7 +31,12 @@ fn main() -> Result<(), EngineError> {
             let prompt = Prompt::Chat(vec![ChatMessage::new("user", *question)]);
             std::thread::spawn(move || -> Result<(), EngineError> {
                 let params = GenerationParams {
-                    sampling: SamplingParams { temperature: 0.7, top_p: 0.9, seed: Some(i as u64), ..SamplingParams::default() },
+                    sampling: SamplingParams {
+                        temperature: 0.7,
+                        top_p: 0.9,
+                        seed: Some(i as u64),
+                        ..SamplingParams::default()
+                    },
                     max_tokens: 48,
                     ..GenerationParams::default()
                 };

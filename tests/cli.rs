@@ -23,8 +23,7 @@ fn run_json_prints_one_object_per_prompt() {
         .expect("run the binary");
     assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
-    let lines: Vec<serde_json::Value> =
-        stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    let lines: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[0]["prompt"], "hello");
     assert_eq!(lines[1]["prompt"], "a second prompt");
@@ -50,8 +49,7 @@ fn a_missing_model_is_a_one_line_error_saying_how_to_fetch_it() {
 
 #[test]
 fn a_corrupt_model_file_is_a_clear_error() {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("entrobatch-cli-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("entrobatch-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("truncated.gguf");
     let good = std::fs::read(tiny_model(&TinyModelSpec::llama(), "cli-corrupt")).unwrap();

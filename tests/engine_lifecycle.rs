@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use common::tiny_model;
 use entrobatch::model_runner::testing::TinyModelSpec;
 use entrobatch::{
-    ChatMessage, Engine, EngineConfig, EngineError, EngineMetrics, Event, FinishReason,
-    GenerationParams, Prompt, Request, SamplingParams,
+    ChatMessage, Engine, EngineConfig, EngineError, EngineMetrics, Event, FinishReason, GenerationParams, Prompt,
+    Request, SamplingParams,
 };
 
 fn tiny_engine(name: &str) -> Engine {
@@ -20,12 +20,7 @@ fn tiny_engine(name: &str) -> Engine {
 }
 
 fn params(max_tokens: usize) -> GenerationParams {
-    GenerationParams {
-        sampling: SamplingParams::greedy(),
-        max_tokens,
-        ignore_eos: true,
-        ..GenerationParams::default()
-    }
+    GenerationParams { sampling: SamplingParams::greedy(), max_tokens, ignore_eos: true, ..GenerationParams::default() }
 }
 
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
@@ -40,9 +35,7 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 fn abort_mid_stream_frees_blocks_at_once() {
     let engine = tiny_engine("abort");
     let metrics = engine.metrics().clone();
-    let mut handle = engine
-        .submit(Request::new(Prompt::Text("abort me please".into()), params(400)))
-        .expect("submit");
+    let mut handle = engine.submit(Request::new(Prompt::Text("abort me please".into()), params(400))).expect("submit");
     for _ in 0..3 {
         assert!(matches!(handle.next_blocking(), Some(Event::Tokens { .. })));
     }
@@ -62,9 +55,7 @@ fn abort_mid_stream_frees_blocks_at_once() {
 fn dropping_a_handle_aborts_its_request() {
     let engine = tiny_engine("drop");
     let metrics = engine.metrics().clone();
-    let mut handle = engine
-        .submit(Request::new(Prompt::Text("dropped".into()), params(400)))
-        .expect("submit");
+    let mut handle = engine.submit(Request::new(Prompt::Text("dropped".into()), params(400))).expect("submit");
     assert!(matches!(handle.next_blocking(), Some(Event::Tokens { .. })));
     drop(handle);
     wait_until("the abort", || EngineMetrics::get(&metrics.requests_finished[2]) == 1);
@@ -106,10 +97,8 @@ fn finish_reasons_follow_max_tokens_stop_ids_and_stop_strings() {
 fn requests_that_can_never_fit_are_rejected_at_submit() {
     let engine = tiny_engine("reject");
     let max_len = engine.info().max_model_len;
-    let err = engine
-        .submit(Request::new(Prompt::Text("x".into()), params(max_len + 1)))
-        .err()
-        .expect("must be rejected");
+    let err =
+        engine.submit(Request::new(Prompt::Text("x".into()), params(max_len + 1))).err().expect("must be rejected");
     assert!(matches!(err, EngineError::NeverFits { .. }), "{err}");
     let err = engine.submit(Request::new(Prompt::TokenIds(vec![]), params(4))).err().unwrap();
     assert!(matches!(err, EngineError::InvalidRequest { .. }), "{err}");
@@ -176,10 +165,8 @@ fn a_seeded_request_draws_the_same_tokens_alone_and_in_a_busy_batch() {
         n.collect_blocking();
     }
     assert_eq!(alone.token_ids, busy.token_ids);
-    let other_seed = GenerationParams {
-        sampling: SamplingParams { seed: Some(99), ..seeded.sampling.clone() },
-        ..seeded
-    };
+    let other_seed =
+        GenerationParams { sampling: SamplingParams { seed: Some(99), ..seeded.sampling.clone() }, ..seeded };
     let different = engine.submit(Request::new(prompt(), other_seed)).unwrap().collect_blocking();
     assert_ne!(alone.token_ids, different.token_ids, "the seed must matter");
 }

@@ -79,7 +79,8 @@ impl DenseReference {
             let mut proj = |name: &str, bias: bool| {
                 let w = get(&format!("blk.{l}.{name}.weight"));
                 let dense_t = w.dequantize(&dev).unwrap().t().unwrap().contiguous().unwrap();
-                let bias = (bias && cfg.qkv_bias).then(|| get(&format!("blk.{l}.{name}.bias")).dequantize(&dev).unwrap());
+                let bias =
+                    (bias && cfg.qkv_bias).then(|| get(&format!("blk.{l}.{name}.bias")).dequantize(&dev).unwrap());
                 Proj { quantized: QMatMul::from_qtensor(w).unwrap(), dense_t, bias }
             };
             let p = vec![
@@ -120,14 +121,22 @@ impl DenseReference {
         };
         let ids = Tensor::new(tokens, &dev).unwrap();
         let mut x = self.embedding.index_select(&ids, 0).unwrap();
-        let mask: Vec<f32> = (0..n).flat_map(|i| (0..n).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 })).collect();
+        let mask: Vec<f32> =
+            (0..n).flat_map(|i| (0..n).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 })).collect();
         let mask = Tensor::from_vec(mask, (n, n), &dev).unwrap();
         for (l, layer) in self.layers.iter().enumerate() {
             let p = &layer.proj;
             let hn = candle_nn::ops::rms_norm(&x, &layer.attn_norm, c.rms_norm_eps).unwrap();
             let q = rope(p[0].forward(&hn, dense), h);
             let k = rope(p[1].forward(&hn, dense), kvh);
-            let v = p[2].forward(&hn, dense).reshape((1, n, kvh, d)).unwrap().transpose(1, 2).unwrap().contiguous().unwrap();
+            let v = p[2]
+                .forward(&hn, dense)
+                .reshape((1, n, kvh, d))
+                .unwrap()
+                .transpose(1, 2)
+                .unwrap()
+                .contiguous()
+                .unwrap();
             let k = candle_transformers::utils::repeat_kv(k, h / kvh).unwrap().contiguous().unwrap();
             let v = candle_transformers::utils::repeat_kv(v, h / kvh).unwrap().contiguous().unwrap();
             let scores = (q.matmul(&k.t().unwrap()).unwrap() / (d as f64).sqrt()).unwrap();
@@ -241,7 +250,14 @@ impl<'a> StepReference<'a> {
 }
 
 /// Materialized attention with candle ops over contiguous K/V; returns the last row's scores.
-fn candle_attention(q: &[f32], k: &[f32], v: &[f32], ctx: usize, (h, kvh, d): (usize, usize, usize), out: &mut [f32]) -> Vec<f32> {
+fn candle_attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    ctx: usize,
+    (h, kvh, d): (usize, usize, usize),
+    out: &mut [f32],
+) -> Vec<f32> {
     let dev = Device::Cpu;
     let q_len = q.len() / (h * d);
     let n = k.len() / (kvh * d);
@@ -266,7 +282,14 @@ fn candle_attention(q: &[f32], k: &[f32], v: &[f32], ctx: usize, (h, kvh, d): (u
 }
 
 /// Row-by-row scalar attention over contiguous K/V; returns the last row's scores.
-fn scalar_attention(q: &[f32], k: &[f32], v: &[f32], ctx: usize, (h, kvh, d): (usize, usize, usize), out: &mut [f32]) -> Vec<f32> {
+fn scalar_attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    ctx: usize,
+    (h, kvh, d): (usize, usize, usize),
+    out: &mut [f32],
+) -> Vec<f32> {
     let dot = |a: &[f32], b: &[f32]| {
         let mut acc = [0f32; 8];
         for c in 0..a.len() / 8 {
@@ -328,10 +351,7 @@ fn rel_diff(a: &AttnMetrics, b: &AttentionStats) -> f64 {
         (a.agreement, b.agreement),
         (a.interaction_strength, b.interaction_strength),
     ];
-    pairs
-        .iter()
-        .map(|&(x, y)| (f64::from(x) - f64::from(y)).abs() / f64::from(y).abs().max(1e-3))
-        .fold(0.0, f64::max)
+    pairs.iter().map(|&(x, y)| (f64::from(x) - f64::from(y)).abs() / f64::from(y).abs().max(1e-3)).fold(0.0, f64::max)
 }
 
 struct SeqPlan {
@@ -347,7 +367,12 @@ type SpanMetrics = Vec<Vec<(usize, AttnMetrics)>>;
 
 /// Runs the plan through the runner; returns per sequence `(position, runner metrics)` of every
 /// span that asked, and per sequence which positions went through a dense-GEMM step.
-fn drive(runner: &mut ModelRunner, plans: &[SeqPlan], block: usize, min_dense_rows: usize) -> (SpanMetrics, Vec<Vec<bool>>) {
+fn drive(
+    runner: &mut ModelRunner,
+    plans: &[SeqPlan],
+    block: usize,
+    min_dense_rows: usize,
+) -> (SpanMetrics, Vec<Vec<bool>>) {
     let num_steps = plans[0].steps.len();
     let mut done = vec![0usize; plans.len()];
     let mut got = vec![Vec::new(); plans.len()];
@@ -365,7 +390,13 @@ fn drive(runner: &mut ModelRunner, plans: &[SeqPlan], block: usize, min_dense_ro
                 batch.positions.push(pos as u32);
                 batch.slot_mapping.push(i64::from(p.blocks[pos / block]) * block as i64 + (pos % block) as i64);
             }
-            batch.seqs.push(SeqSpan { query_start: start, query_len: q, context_len: done[s], block_table: p.blocks.clone(), want_attn_metrics: p.wants });
+            batch.seqs.push(SeqSpan {
+                query_start: start,
+                query_len: q,
+                context_len: done[s],
+                block_table: p.blocks.clone(),
+                want_attn_metrics: p.wants,
+            });
         }
         batch.logits_rows = vec![batch.input_ids.len() - 1];
         let rows = batch.input_ids.len();
@@ -392,7 +423,9 @@ fn drive(runner: &mut ModelRunner, plans: &[SeqPlan], block: usize, min_dense_ro
 /// Three sequences: A chunked (8 + 5) then decoding, B without metrics, C short then decoding;
 /// scattered blocks of 4 slots.
 fn plans(vocab: u32) -> Vec<SeqPlan> {
-    let tok = |seed: u32, n: usize| -> Vec<u32> { (0..n as u32).map(|i| (seed * 7919 + i * 104_729) % (vocab - 10) + 5).collect() };
+    let tok = |seed: u32, n: usize| -> Vec<u32> {
+        (0..n as u32).map(|i| (seed * 7919 + i * 104_729) % (vocab - 10) + 5).collect()
+    };
     vec![
         SeqPlan { tokens: tok(1, 17), blocks: vec![9, 2, 17, 5, 30], wants: true, steps: vec![8, 5, 1, 1, 1, 1] },
         SeqPlan { tokens: tok(2, 14), blocks: vec![0, 3, 21, 11], wants: false, steps: vec![9, 1, 1, 1, 1, 1] },
@@ -444,13 +477,17 @@ fn check_whole_sequence(path: &Path, reference: &DenseReference, mode: MatmulMod
         let scores = reference.last_layer_scores(&p.tokens, &dense[s]);
         assert_eq!(got[s].len(), 6);
         for &(pos, m) in &got[s] {
-            let row: Vec<f32> = (0..heads).flat_map(|h| scores[(h * n + pos) * n..(h * n + pos) * n + pos + 1].to_vec()).collect();
+            let row: Vec<f32> =
+                (0..heads).flat_map(|h| scores[(h * n + pos) * n..(h * n + pos) * n + pos + 1].to_vec()).collect();
             let (d, off) = compare(&format!("{mode:?} {kernel:?} seq {s} pos {pos}"), &m, &row, heads, tol);
             worst = worst.max(d);
             shifted = shifted.min(off);
         }
     }
-    eprintln!("{} {mode:?} {kernel:?} whole sequence: worst rel diff {worst:.2e}; one key short {shifted:.2e}", path.display());
+    eprintln!(
+        "{} {mode:?} {kernel:?} whole sequence: worst rel diff {worst:.2e}; one key short {shifted:.2e}",
+        path.display()
+    );
     assert!(shifted > 10.0 * tol, "a missing key would pass unnoticed ({shifted:.2e})");
 }
 
@@ -502,7 +539,9 @@ const CONFIGS: [(MatmulMode, AttentionKernel); 3] = [
 
 #[test]
 fn tiny_model_metrics_match_dense_attention_on_both_paths() {
-    for (spec, name) in [(TinyModelSpec::llama(), "entropix-attn-llama"), (TinyModelSpec::qwen2(), "entropix-attn-qwen2")] {
+    for (spec, name) in
+        [(TinyModelSpec::llama(), "entropix-attn-llama"), (TinyModelSpec::qwen2(), "entropix-attn-qwen2")]
+    {
         let path = tiny_model(&spec, name);
         let reference = DenseReference::load(&path);
         for (mode, kernel) in CONFIGS {

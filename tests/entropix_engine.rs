@@ -11,7 +11,9 @@ use common::{smollm2_path, tiny_model};
 use entrobatch::model_runner::testing::TinyModelSpec;
 use entrobatch::sampler::entropix::EntropixConfig;
 use entrobatch::strategy::find_pause_token;
-use entrobatch::{Decoding, Engine, EngineConfig, GeneratedToken, GenerationParams, MatmulMode, Prompt, Request, SamplingParams};
+use entrobatch::{
+    Decoding, Engine, EngineConfig, GeneratedToken, GenerationParams, MatmulMode, Prompt, Request, SamplingParams,
+};
 
 fn engine(path: &Path) -> Engine {
     let mut config = EngineConfig::new(path);
@@ -24,7 +26,12 @@ fn engine(path: &Path) -> Engine {
 }
 
 fn plain(n: usize) -> GenerationParams {
-    GenerationParams { sampling: SamplingParams::greedy(), max_tokens: n, ignore_eos: true, ..GenerationParams::default() }
+    GenerationParams {
+        sampling: SamplingParams::greedy(),
+        max_tokens: n,
+        ignore_eos: true,
+        ..GenerationParams::default()
+    }
 }
 
 fn entropix(n: usize, seed: u64, cfg: EntropixConfig) -> GenerationParams {
@@ -46,7 +53,8 @@ fn prompts(engine: &Engine) -> Vec<Vec<u32>> {
 }
 
 fn run_one(engine: &Engine, ids: &[u32], params: &GenerationParams) -> Vec<GeneratedToken> {
-    let out = engine.submit(Request::new(Prompt::TokenIds(ids.to_vec()), params.clone())).expect("submit").collect_blocking();
+    let out =
+        engine.submit(Request::new(Prompt::TokenIds(ids.to_vec()), params.clone())).expect("submit").collect_blocking();
     assert_eq!(out.error, None);
     out.tokens
 }
@@ -56,10 +64,8 @@ fn check_mixed_batch(path: &Path, n: usize, num_prompts: usize) {
     let mut prompts = prompts(&engine);
     prompts.truncate(num_prompts);
     let cfg = EntropixConfig::default();
-    let plain_alone: Vec<Vec<u32>> = prompts
-        .iter()
-        .map(|p| run_one(&engine, p, &plain(n)).iter().map(|t| t.token_id).collect())
-        .collect();
+    let plain_alone: Vec<Vec<u32>> =
+        prompts.iter().map(|p| run_one(&engine, p, &plain(n)).iter().map(|t| t.token_id).collect()).collect();
     let entropix_alone: Vec<Vec<GeneratedToken>> =
         prompts.iter().enumerate().map(|(i, p)| run_one(&engine, p, &entropix(n, 7 + i as u64, cfg.clone()))).collect();
     // Every prompt twice, once per strategy, all in flight together.
@@ -102,10 +108,7 @@ fn always_helv() -> EntropixConfig {
 
 #[test]
 fn pause_token_comes_from_the_vocabulary_and_alternates() {
-    for (path, expected) in [
-        (tiny_model(&TinyModelSpec::llama(), "entropix-pause"), "?"),
-        (smollm2_path(), " ..."),
-    ] {
+    for (path, expected) in [(tiny_model(&TinyModelSpec::llama(), "entropix-pause"), "?"), (smollm2_path(), " ...")] {
         let engine = engine(&path);
         let pause = find_pause_token(engine.tokenizer()).expect("a pause token");
         // The tiny byte-level vocabulary has no "..." token: the documented fallback is "?".
@@ -113,7 +116,8 @@ fn pause_token_comes_from_the_vocabulary_and_alternates() {
         let prompt = prompts(&engine).remove(0);
         let tokens = run_one(&engine, &prompt, &entropix(8, 3, always_helv()));
         let ids: Vec<u32> = tokens.iter().map(|t| t.token_id).collect();
-        let branches: Vec<&str> = tokens.iter().map(|t| t.metrics.as_ref().unwrap().branch.as_deref().unwrap()).collect();
+        let branches: Vec<&str> =
+            tokens.iter().map(|t| t.metrics.as_ref().unwrap().branch.as_deref().unwrap()).collect();
         for (i, (&id, b)) in ids.iter().zip(&branches).enumerate() {
             if i % 2 == 0 {
                 assert_eq!((id, *b), (pause, "pause"), "step {i}: {ids:?}");

@@ -153,8 +153,8 @@ fn strategies_parse_and_bootstrap_bounds() {
 #[test]
 fn cli_writes_json_table_and_svg() {
     let model = tiny();
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("entrobatch-eval-cli-{}", std::process::id()));
+    let dir =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("entrobatch-eval-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let json = dir.join("mmlu.json");
     let out = Command::new(env!("CARGO_BIN_EXE_entrobatch"))
@@ -170,7 +170,8 @@ fn cli_writes_json_table_and_svg() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("| plain |") && table.contains("| mti:tau=0:w=2 |"), "{table}");
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parse");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parse");
     assert_eq!(report["strategies"].as_array().map(Vec::len), Some(2));
     assert_eq!(report["strategies"][1]["items"].as_array().map(Vec::len), Some(2));
     let svg = std::fs::read_to_string(json.with_extension("svg")).expect("svg");

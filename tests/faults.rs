@@ -11,7 +11,10 @@ use std::path::Path;
 use common::{repo_root, tiny_model};
 use entrobatch::faults::FaultInjection;
 use entrobatch::model_runner::testing::TinyModelSpec;
-use entrobatch::{Engine, EngineConfig, EngineMetrics, FinishReason, GenerationOutput, GenerationParams, Prompt, Request, SamplingParams};
+use entrobatch::{
+    Engine, EngineConfig, EngineMetrics, FinishReason, GenerationOutput, GenerationParams, Prompt, Request,
+    SamplingParams,
+};
 use faults_support as damage;
 
 const N: usize = 6;
@@ -24,7 +27,12 @@ fn engine(path: &Path, faults: FaultInjection) -> Engine {
 }
 
 fn params() -> GenerationParams {
-    GenerationParams { sampling: SamplingParams::greedy(), max_tokens: N, ignore_eos: true, ..GenerationParams::default() }
+    GenerationParams {
+        sampling: SamplingParams::greedy(),
+        max_tokens: N,
+        ignore_eos: true,
+        ..GenerationParams::default()
+    }
 }
 
 fn prompt(i: u32) -> Vec<u32> {

@@ -3,9 +3,9 @@
 //! (fuzz/src/checks.rs), on the default model when present, so `cargo test` guards them
 //! without nightly or libFuzzer. Fuzzing itself: scripts/fuzz.
 
-mod common;
 #[path = "../fuzz/src/checks.rs"]
 mod checks;
+mod common;
 
 use std::path::PathBuf;
 use std::sync::Arc;

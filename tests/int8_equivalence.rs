@@ -103,7 +103,9 @@ fn smollm2_int8_request_is_bit_identical_alone_and_batched() {
     for (i, prompt) in prompts.iter().enumerate().take(3) {
         let alone = run_all(&engine, std::slice::from_ref(prompt));
         let bits = |s: &Steps| {
-            s.iter().map(|(t, top)| (*t, top.iter().map(|(id, lp)| (*id, lp.to_bits())).collect::<Vec<_>>())).collect::<Vec<_>>()
+            s.iter()
+                .map(|(t, top)| (*t, top.iter().map(|(id, lp)| (*id, lp.to_bits())).collect::<Vec<_>>()))
+                .collect::<Vec<_>>()
         };
         assert_eq!(bits(&alone[0]), bits(&batched[i]), "prompt {i}: batch changed the result");
     }
@@ -118,7 +120,8 @@ fn smollm2_int8_request_is_bit_identical_alone_and_batched() {
 #[test]
 fn smollm2_f16_kv_cache_is_batch_invariant_and_close_to_f32() {
     let path = common::smollm2_path();
-    let f16_config = |max_num_seqs| EngineConfig { kv_cache_dtype: Some(KvDtype::F16), ..int8_config(&path, max_num_seqs) };
+    let f16_config =
+        |max_num_seqs| EngineConfig { kv_cache_dtype: Some(KvDtype::F16), ..int8_config(&path, max_num_seqs) };
     let engine = Engine::start(int8_config(&path, 8)).expect("engine");
     let prompts = varied_prompt_ids(&engine);
     let exact = run_all(&engine, &prompts);
@@ -128,7 +131,11 @@ fn smollm2_f16_kv_cache_is_batch_invariant_and_close_to_f32() {
     engine.shutdown(entrobatch::ShutdownMode::Finish);
 
     let engine = Engine::start(f16_config(1)).expect("engine");
-    let bits = |s: &Steps| s.iter().map(|(t, top)| (*t, top.iter().map(|(id, lp)| (*id, lp.to_bits())).collect::<Vec<_>>())).collect::<Vec<_>>();
+    let bits = |s: &Steps| {
+        s.iter()
+            .map(|(t, top)| (*t, top.iter().map(|(id, lp)| (*id, lp.to_bits())).collect::<Vec<_>>()))
+            .collect::<Vec<_>>()
+    };
     for (i, prompt) in prompts.iter().enumerate().take(2) {
         let alone = run_all(&engine, std::slice::from_ref(prompt));
         assert_eq!(bits(&alone[0]), bits(&batched[i]), "prompt {i}: batch changed the f16-cache result");

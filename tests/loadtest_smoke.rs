@@ -74,8 +74,8 @@ fn sweep_draws_throughput_and_ttft_against_rate() {
     let reports = runtime().block_on(loadtest::sweep(&config, &[5.0, 50.0])).expect("sweep");
     assert_eq!(reports.iter().map(|r| r.rate).collect::<Vec<_>>(), vec![Some(5.0), Some(50.0)]);
     assert!(reports.iter().all(|r| r.summary.lost == 0 && r.summary.completed == 6));
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("entrobatch-sweep-{}.svg", std::process::id()));
+    let path =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("entrobatch-sweep-{}.svg", std::process::id()));
     loadtest::draw_sweep(&path, &reports).expect("draw");
     let svg = std::fs::read_to_string(&path).expect("svg written");
     assert!(svg.starts_with("<svg") || svg.contains("<svg"), "not an SVG");

@@ -10,7 +10,10 @@ use std::path::Path;
 
 use common::tiny_model;
 use entrobatch::model_runner::testing::TinyModelSpec;
-use entrobatch::{Engine, EngineConfig, EngineMetrics, FinishReason, GenerationOutput, GenerationParams, Prompt, Request, SamplingParams, ShutdownMode};
+use entrobatch::{
+    Engine, EngineConfig, EngineMetrics, FinishReason, GenerationOutput, GenerationParams, Prompt, Request,
+    SamplingParams, ShutdownMode,
+};
 
 const REQUESTS: u32 = 50;
 const MAX_TOKENS: usize = 16;

@@ -33,10 +33,13 @@ fn mti(tau: f32, w: f32) -> Decoding {
 }
 
 fn ids(outputs: &[GenerationOutput]) -> Vec<Vec<u32>> {
-    outputs.iter().map(|o| {
-        assert_eq!(o.error, None);
-        o.token_ids.clone()
-    }).collect()
+    outputs
+        .iter()
+        .map(|o| {
+            assert_eq!(o.error, None);
+            o.token_ids.clone()
+        })
+        .collect()
 }
 
 fn prompts(engine: &Engine, n: usize) -> Vec<Vec<u32>> {
@@ -58,7 +61,9 @@ fn infinite_threshold_and_unit_scale_decode_exactly_like_plain() {
     let engine = Engine::start(config(&common::smollm2_path(), 256)).expect("engine");
     let sampling = SamplingParams { temperature: 0.9, top_p: 0.95, seed: Some(11), ..SamplingParams::default() };
     let prompts: Vec<Prompt> = prompts(&engine, 3).into_iter().map(Prompt::TokenIds).collect();
-    let run = |decoding: Decoding| engine.generate(prompts.clone(), &params(sampling.clone(), decoding, N)).expect("generate");
+    let run = |decoding: Decoding| {
+        engine.generate(prompts.clone(), &params(sampling.clone(), decoding, N)).expect("generate")
+    };
     let plain = run(Decoding::Plain);
     let never = run(mti(f32::INFINITY, 1.5));
     let metrics = engine.metrics();
@@ -108,7 +113,10 @@ fn negative_threshold_guides_every_token_with_candle_blend() {
     engine.shutdown(entrobatch::ShutdownMode::Finish);
     assert_eq!(EngineMetrics::get(&metrics.mti_triggered_tokens), 8);
     let exposition = metrics.render_prometheus();
-    assert!(exposition.lines().any(|l| l == "entrobatch_mti_trigger_rate 1"), "trigger rate gauge missing:\n{exposition}");
+    assert!(
+        exposition.lines().any(|l| l == "entrobatch_mti_trigger_rate 1"),
+        "trigger rate gauge missing:\n{exposition}"
+    );
     assert_eq!(EngineMetrics::get(&metrics.kv_blocks_used), 0, "blocks leaked");
 }
 
@@ -130,7 +138,9 @@ fn batched_with_plain(path: &Path, num_blocks: usize, expect_preemption: bool) {
     let requests = prompts
         .iter()
         .zip(&decodings)
-        .map(|(p, d)| entrobatch::Request::new(Prompt::TokenIds(p.clone()), params(SamplingParams::greedy(), d.clone(), N)))
+        .map(|(p, d)| {
+            entrobatch::Request::new(Prompt::TokenIds(p.clone()), params(SamplingParams::greedy(), d.clone(), N))
+        })
         .collect();
     let handles = engine.submit_all(requests).expect("submit");
     let outputs: Vec<GenerationOutput> = handles.into_iter().map(|h| h.collect_blocking()).collect();

@@ -112,7 +112,14 @@ impl Harness {
         if output.next_scratch_rows > 0 {
             self.scheduler.request_scratch_rows(ID, output.next_scratch_rows).expect("scratch rows");
         }
-        Step { context, token_ids: s.token_ids.clone(), slot_mapping: s.slot_mapping.clone(), num_scratch: scratch.len(), logits, output }
+        Step {
+            context,
+            token_ids: s.token_ids.clone(),
+            slot_mapping: s.slot_mapping.clone(),
+            num_scratch: scratch.len(),
+            logits,
+            output,
+        }
     }
 
     /// The block table, and the K/V (all layers) of every slot of the whole cache.
@@ -162,7 +169,15 @@ fn blended_top2(cond: &[f32], uncond: &[f32], w: f64) -> ((usize, f64), f64) {
 }
 
 /// Steps until `guided` tokens were guided, checking each against the reference.
-fn check_guided_steps(path: &Path, arch: RefArch, prompt: &[u32], config: MtiConfig, predict: bool, guided: usize, tol: f32) {
+fn check_guided_steps(
+    path: &Path,
+    arch: RefArch,
+    prompt: &[u32],
+    config: MtiConfig,
+    predict: bool,
+    guided: usize,
+    tol: f32,
+) {
     let (mut h, negative) = Harness::new(path, prompt, &config, predict);
     assert!(!negative.is_empty());
     let mut pending_cond: Option<Vec<f32>> = None;

@@ -89,10 +89,8 @@ fn root_serves_the_page_and_info_follows_the_model() {
         assert!(read.contains(needle), "readOutputFormat lacks {needle}:\n{read}");
     }
     let body = js_function(&html, "requestBody");
-    for needle in [
-        "body.response_format = common.responseFormat",
-        "body.structured_outputs = common.structuredOutputs",
-    ] {
+    for needle in ["body.response_format = common.responseFormat", "body.structured_outputs = common.structuredOutputs"]
+    {
         assert!(body.contains(needle), "requestBody lacks {needle}:\n{body}");
     }
     // Read inside generate's try, so a bad schema shows in the error banner and sends nothing.

@@ -19,7 +19,12 @@ fn engine(path: &Path, caching: bool) -> Engine {
 }
 
 fn greedy(engine: &Engine, prompt: &[u32]) -> Vec<u32> {
-    let params = GenerationParams { sampling: SamplingParams::greedy(), max_tokens: N, ignore_eos: true, ..GenerationParams::default() };
+    let params = GenerationParams {
+        sampling: SamplingParams::greedy(),
+        max_tokens: N,
+        ignore_eos: true,
+        ..GenerationParams::default()
+    };
     let out = engine.generate(vec![Prompt::TokenIds(prompt.to_vec())], &params).expect("generate").remove(0);
     assert_eq!(out.error, None);
     out.token_ids

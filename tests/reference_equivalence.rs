@@ -10,9 +10,7 @@ use common::{
     varied_prompt_ids, RefArch,
 };
 use entrobatch::model_runner::testing::TinyModelSpec;
-use entrobatch::{
-    Engine, EngineConfig, EngineMetrics, Event, GenerationParams, MatmulMode, Prompt, Request,
-};
+use entrobatch::{Engine, EngineConfig, EngineMetrics, Event, GenerationParams, MatmulMode, Prompt, Request};
 
 const NEW_TOKENS: usize = 36;
 const TOP: usize = 5;
@@ -39,9 +37,8 @@ fn greedy(n: usize) -> GenerationParams {
 
 /// Half the prompts first; the rest once the first request is streaming (staggered arrival).
 fn run_staggered(engine: &Engine, prompts: &[Vec<u32>], n: usize) -> Vec<Steps> {
-    let submit = |ids: &Vec<u32>| {
-        engine.submit(Request::new(Prompt::TokenIds(ids.clone()), greedy(n))).expect("submit")
-    };
+    let submit =
+        |ids: &Vec<u32>| engine.submit(Request::new(Prompt::TokenIds(ids.clone()), greedy(n))).expect("submit");
     let half = prompts.len() / 2;
     let mut first: Vec<_> = prompts[..half].iter().map(submit).collect();
     let mut leading = Vec::new();

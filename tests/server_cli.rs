@@ -29,9 +29,8 @@ fn serve_loadtest_and_sigterm() {
         .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
         .to_string();
 
-    let json_path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-
-        .join(format!("entrobatch-lt-{}.json", std::process::id()));
+    let json_path =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("entrobatch-lt-{}.json", std::process::id()));
     let loadtest = Command::new(BIN)
         .args(["loadtest", "--url", &url, "--requests", "12", "--concurrency", "3", "--prompt-len", "8"])
         .args(["--output-len", "6", "--no-progress", "--goodput", "ttft:60000", "--json"])

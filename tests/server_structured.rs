@@ -12,7 +12,8 @@ use server_support::{engine_config, smollm2_path, TestServer};
 fn run_client(server: &TestServer, mode: &str) -> Value {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/server_support/structured_check.py");
     let model = server.engine.info().model_name.clone();
-    let output = Command::new("python3").args([script, &server.base_url(), &model, mode]).output().expect("run python3");
+    let output =
+        Command::new("python3").args([script, &server.base_url(), &model, mode]).output().expect("run python3");
     assert!(output.status.success(), "openai client failed:\n{}", String::from_utf8_lossy(&output.stderr));
     serde_json::from_slice(&output.stdout).expect("script prints JSON")
 }
@@ -49,7 +50,9 @@ fn the_openai_client_gets_schema_valid_objects_on_smollm2() {
     assert!(["yes", "no", "sometimes"].contains(&seen["guided_choice"].as_str().unwrap_or("")), "{seen}");
     let code = seen["regex"].as_str().expect("regex text");
     assert!(
-        code.len() == 8 && code[..3].bytes().all(|b| b.is_ascii_uppercase()) && &code[3..4] == "-"
+        code.len() == 8
+            && code[..3].bytes().all(|b| b.is_ascii_uppercase())
+            && &code[3..4] == "-"
             && code[4..].bytes().all(|b| b.is_ascii_digit()),
         "{code:?}"
     );
@@ -67,8 +70,13 @@ fn the_openai_client_gets_schema_valid_objects_on_smollm2() {
 /// the call streams as OpenAI's deltas, and the tool's answer comes back as the final text.
 #[test]
 fn a_tool_round_trip_on_qwen_coder() {
-    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
-    assert!(path.is_file(), "{} missing: scripts/test fetches it (scripts/fetch-model qwen2.5-coder-0.5b)", path.display());
+    let path =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    assert!(
+        path.is_file(),
+        "{} missing: scripts/test fetches it (scripts/fetch-model qwen2.5-coder-0.5b)",
+        path.display()
+    );
     let server = TestServer::start(engine_config(path));
     assert!(server.engine.supports_tools());
     let seen = run_client(&server, "tools");

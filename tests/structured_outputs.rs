@@ -70,9 +70,9 @@ fn schema() -> impl Strategy<Value = Value> {
 #[test]
 fn sampled_outputs_validate_against_200_generated_schemas() {
     let engine = engine();
-    let mut runner = TestRunner::new(Config { rng_seed: proptest::test_runner::RngSeed::Fixed(7), ..Config::default() });
-    let schemas: Vec<Value> =
-        (0..200).map(|_| schema().new_tree(&mut runner).expect("schema").current()).collect();
+    let mut runner =
+        TestRunner::new(Config { rng_seed: proptest::test_runner::RngSeed::Fixed(7), ..Config::default() });
+    let schemas: Vec<Value> = (0..200).map(|_| schema().new_tree(&mut runner).expect("schema").current()).collect();
     let requests = schemas
         .iter()
         .enumerate()
@@ -133,7 +133,10 @@ fn regex_choice_and_lark_constrain_sampled_outputs() {
                 StructuredOutput::Regex(_) => regex.is_match(text),
                 StructuredOutput::Choice(c) => c.iter().any(|s| s == text),
                 StructuredOutput::Lark(_) => {
-                    text == "yes" || text.strip_prefix("no").is_some_and(|n| (1..=3).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_digit()))
+                    text == "yes"
+                        || text
+                            .strip_prefix("no")
+                            .is_some_and(|n| (1..=3).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_digit()))
                 }
                 _ => serde_json::from_str::<Value>(text).is_ok_and(|v| v.is_object()),
             };
@@ -151,7 +154,8 @@ fn a_mixed_batch_leaves_unconstrained_requests_exact() {
     let engine = engine();
     let schema = json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer", "minimum": 0, "maximum": 120}}, "required": ["name", "age"], "additionalProperties": false});
     let free = |i: u64| Request::new(Prompt::Text(format!("Story number {i}: once upon a time")), sampled(i, 24, None));
-    let alone: Vec<Vec<u32>> = (0..4).map(|i| engine.submit(free(i)).expect("submit").collect_blocking().token_ids).collect();
+    let alone: Vec<Vec<u32>> =
+        (0..4).map(|i| engine.submit(free(i)).expect("submit").collect_blocking().token_ids).collect();
     let constrained = |decoding: Decoding, seed: u64| {
         let mut params = sampled(seed, 96, Some(StructuredOutput::JsonSchema(schema.clone())));
         params.decoding = decoding;
@@ -160,8 +164,14 @@ fn a_mixed_batch_leaves_unconstrained_requests_exact() {
     let mut batch: Vec<Request> = (0..4).map(free).collect();
     batch.push(constrained(Decoding::Plain, 11));
     batch.push(constrained(Decoding::Entropix(Default::default()), 12));
-    batch.push(constrained(Decoding::Mti(entrobatch::strategy::MtiConfig { entropy_threshold: -1.0, ..Default::default() }), 13));
-    batch.push(Request::new(Prompt::Text("Entropix, free:".into()), GenerationParams { decoding: Decoding::Entropix(Default::default()), ..sampled(14, 24, None) }));
+    batch.push(constrained(
+        Decoding::Mti(entrobatch::strategy::MtiConfig { entropy_threshold: -1.0, ..Default::default() }),
+        13,
+    ));
+    batch.push(Request::new(
+        Prompt::Text("Entropix, free:".into()),
+        GenerationParams { decoding: Decoding::Entropix(Default::default()), ..sampled(14, 24, None) },
+    ));
     let outputs: Vec<_> = engine.submit_all(batch).expect("submit").into_iter().map(|h| h.collect_blocking()).collect();
     for (i, reference) in alone.iter().enumerate() {
         assert_eq!(&outputs[i].token_ids, reference, "unconstrained request {i} changed in a mixed batch");
@@ -185,10 +195,7 @@ fn bad_constraints_are_refused_before_the_loop() {
     ];
     for spec in bad {
         let err = engine.submit(Request::new(Prompt::Text("x".into()), sampled(1, 8, Some(spec.clone())))).err();
-        assert!(
-            matches!(&err, Some(EngineError::Structured(e)) if e.is_client_error()),
-            "{spec:?}: {err:?}"
-        );
+        assert!(matches!(&err, Some(EngineError::Structured(e)) if e.is_client_error()), "{spec:?}: {err:?}");
     }
     let mut params = sampled(1, 8, Some(StructuredOutput::JsonObject));
     params.ignore_eos = true;

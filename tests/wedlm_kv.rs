@@ -173,7 +173,13 @@ fn no_threshold_and_a_huge_penalty_commit_one_token_per_forward_left_to_right() 
             input_ids: with_mask,
             positions: (0..n as u32).collect(),
             slot_mapping: vec![-1; n],
-            seqs: vec![SeqSpan { query_start: 0, query_len: n, context_len: 0, block_table: vec![], want_attn_metrics: false }],
+            seqs: vec![SeqSpan {
+                query_start: 0,
+                query_len: n,
+                context_len: 0,
+                block_table: vec![],
+                want_attn_metrics: false,
+            }],
             logits_rows: vec![n - 1],
         };
         let mut cache = entrobatch::model_runner::KvCache::new(model.config(), 1, 16).unwrap();

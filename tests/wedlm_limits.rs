@@ -50,9 +50,11 @@ fn a_stop_token_in_the_window_acts_only_once_committed() {
             let p = prompt(300 + seed, 12);
             let trace = dense_wedlm(&model, &p, &cfg, max_tokens, usize::MAX, &[]);
             let ids = trace.ids();
-            let at = trace.tokens.iter().enumerate().position(|(i, t)| {
-                t.committed_at > t.filled_at && i >= 1 && !ids[..i].contains(&t.token)
-            })?;
+            let at = trace
+                .tokens
+                .iter()
+                .enumerate()
+                .position(|(i, t)| t.committed_at > t.filled_at && i >= 1 && !ids[..i].contains(&t.token))?;
             Some((p, ids, at))
         })
         .expect("some prompt fills a token out of order");
@@ -139,10 +141,7 @@ fn wedlm_on_a_model_without_a_mask_token_is_rejected_at_submit() {
         let r = masked.submit(Request::new(Prompt::TokenIds(prompt(1, 8)), wedlm_params(&bad, 8)));
         assert!(matches!(r, Err(EngineError::Strategy(_))), "{bad:?} accepted");
     }
-    let out = engine
-        .submit(Request::new(Prompt::TokenIds(prompt(1, 8)), plain_params(6)))
-        .unwrap()
-        .collect_blocking();
+    let out = engine.submit(Request::new(Prompt::TokenIds(prompt(1, 8)), plain_params(6))).unwrap().collect_blocking();
     assert_eq!(out.token_ids.len(), 6);
 }
 
@@ -150,8 +149,9 @@ fn wedlm_on_a_model_without_a_mask_token_is_rejected_at_submit() {
 fn wedlm_requests_parse_from_json_with_the_reference_defaults() {
     let d: entrobatch::Decoding = serde_json::from_str(r#"{"strategy": "wedlm"}"#).unwrap();
     assert_eq!(d, entrobatch::Decoding::Wedlm(wedlm(16, Some(0.4), 0.02)));
-    let d: entrobatch::Decoding =
-        serde_json::from_str(r#"{"strategy": "wedlm", "window_size": 4, "entropy_threshold": null, "pos_penalty": 1.0}"#)
-            .unwrap();
+    let d: entrobatch::Decoding = serde_json::from_str(
+        r#"{"strategy": "wedlm", "window_size": 4, "entropy_threshold": null, "pos_penalty": 1.0}"#,
+    )
+    .unwrap();
     assert_eq!(d, entrobatch::Decoding::Wedlm(wedlm(4, None, 1.0)));
 }

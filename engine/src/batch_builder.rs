@@ -37,9 +37,9 @@ pub fn build_batch(
         }
         let query_start = batch.input_ids.len();
         batch.input_ids.extend_from_slice(&scheduled.token_ids);
-        batch.positions.extend(
-            (scheduled.context_len..scheduled.context_len + scheduled.token_ids.len()).map(|p| p as u32),
-        );
+        batch
+            .positions
+            .extend((scheduled.context_len..scheduled.context_len + scheduled.token_ids.len()).map(|p| p as u32));
         batch.slot_mapping.extend_from_slice(&scheduled.slot_mapping);
         for row in &scratch {
             batch.input_ids.push(row.token_id);

@@ -14,8 +14,8 @@ use crate::error::{EngineError, Result};
 use crate::handle::{GenerationOutput, RequestHandle};
 use crate::metrics::EngineMetrics;
 use crate::prepare::PreparedRequest;
-use crate::structured::{StructuredBackend, StructuredError};
 use crate::request::{GenerationParams, Prompt, Request};
+use crate::structured::{StructuredBackend, StructuredError};
 
 /// What callers may want to know about the running engine.
 #[derive(Clone, Debug)]
@@ -104,11 +104,8 @@ impl Engine {
             .name("entrobatch-engine".into())
             .spawn(move || engine_loop.run())
             .map_err(|e| EngineError::Config(format!("cannot start the engine thread: {e}")))?;
-        let model_name = config
-            .model_path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "model".into());
+        let model_name =
+            config.model_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
         tracing::info!(model = %model_name, num_blocks, block_size = config.block_size, max_model_len, "engine started");
         Ok(Self {
             commands,

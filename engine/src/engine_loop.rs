@@ -30,7 +30,9 @@ pub enum Command {
     Submit(Vec<PendingRequest>),
     Abort(RequestId),
     /// Stop taking work; `finish_in_flight` decides between draining and aborting.
-    Shutdown { finish_in_flight: bool },
+    Shutdown {
+        finish_in_flight: bool,
+    },
 }
 
 /// One sequence's step after the forward: the grammar's mask (structured outputs), the
@@ -251,11 +253,8 @@ impl EngineLoop {
         output: &ForwardOutput,
         spans: &[SpanResult],
     ) -> Vec<(RequestId, Result<StrategyOutput, String>)> {
-        let by_id: HashMap<RequestId, &SpanResult> = spans
-            .iter()
-            .filter(|s| !s.logits_indices.is_empty())
-            .map(|s| (s.seq_id, s))
-            .collect();
+        let by_id: HashMap<RequestId, &SpanResult> =
+            spans.iter().filter(|s| !s.logits_indices.is_empty()).map(|s| (s.seq_id, s)).collect();
         let scheduler = &self.scheduler;
         let mut invalid = Vec::new();
         let mut work = Vec::new();
@@ -346,8 +345,7 @@ impl EngineLoop {
         m.running.store(s.num_running() as u64, Ordering::Relaxed);
         m.waiting.store(s.num_waiting() as u64, Ordering::Relaxed);
         m.kv_blocks_total.store(s.num_total_blocks() as u64, Ordering::Relaxed);
-        m.kv_blocks_used
-            .store((s.num_total_blocks() - s.num_free_blocks()) as u64, Ordering::Relaxed);
+        m.kv_blocks_used.store((s.num_total_blocks() - s.num_free_blocks()) as u64, Ordering::Relaxed);
         let prefix = s.prefix_cache_stats();
         m.prefix_cache_queries.store(prefix.queries, Ordering::Relaxed);
         m.prefix_cache_hits.store(prefix.hits, Ordering::Relaxed);

@@ -31,8 +31,8 @@ pub use entrobatch_model_runner::{AttentionKernel, ChatMessage, KvDtype, MatmulM
 pub use entrobatch_sampler::SamplingParams;
 pub use error::{EngineError, Result};
 pub use event::{Event, FinishReason, GeneratedToken, RequestId, TokenLogprob, TokenMetrics};
-pub use strategy::{Decoding, StrategyError};
 pub use handle::{GenerationOutput, RequestHandle};
 pub use metrics::EngineMetrics;
 pub use prepare::PreparedRequest;
 pub use request::{GenerationParams, Prompt, Request};
+pub use strategy::{Decoding, StrategyError};

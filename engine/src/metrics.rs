@@ -16,8 +16,7 @@ struct HistogramInner {
     count: u64,
 }
 
-const LATENCY_BUCKETS: &[f64] =
-    &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+const LATENCY_BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
 impl Histogram {
     fn with_bounds(bounds: &'static [f64]) -> Self {
@@ -27,10 +26,7 @@ impl Histogram {
     fn latency() -> Self {
         Self {
             bounds: LATENCY_BUCKETS,
-            inner: Mutex::new(HistogramInner {
-                counts: vec![0; LATENCY_BUCKETS.len()],
-                ..Default::default()
-            }),
+            inner: Mutex::new(HistogramInner { counts: vec![0; LATENCY_BUCKETS.len()], ..Default::default() }),
         }
     }
 
@@ -141,9 +137,7 @@ impl EngineMetrics {
 
     /// Releases a slot: called just before a request's `Finished` event is sent.
     pub fn release_in_flight(&self) {
-        let _ = self
-            .in_flight
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        let _ = self.in_flight.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
     }
 
     /// Counts one emitted token by its `TokenMetrics::guided` flag (None: not an MTI token).
@@ -182,11 +176,7 @@ impl EngineMetrics {
         for (reason, c) in crate::FinishReason::ALL.iter().zip(&self.requests_finished) {
             let _ = writeln!(out, "entrobatch_requests_total{{outcome=\"{}\"}} {}", reason.as_str(), g(c));
         }
-        let _ = writeln!(
-            out,
-            "entrobatch_requests_total{{outcome=\"rejected\"}} {}",
-            g(&self.requests_rejected)
-        );
+        let _ = writeln!(out, "entrobatch_requests_total{{outcome=\"rejected\"}} {}", g(&self.requests_rejected));
         let scalars: [(&str, &str, &str, &AtomicU64); 12] = [
             ("entrobatch_num_requests_in_flight", "gauge", "Requests submitted and not yet finished.", &self.in_flight),
             ("entrobatch_num_requests_running", "gauge", "Sequences in the running set.", &self.running),
@@ -194,8 +184,18 @@ impl EngineMetrics {
             ("entrobatch_kv_blocks_used", "gauge", "KV cache blocks in use.", &self.kv_blocks_used),
             ("entrobatch_kv_blocks_total", "gauge", "KV cache blocks in the pool.", &self.kv_blocks_total),
             ("entrobatch_preemptions_total", "counter", "Sequences preempted by recompute.", &self.preemptions),
-            ("entrobatch_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", &self.prefix_cache_queries),
-            ("entrobatch_prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.", &self.prefix_cache_hits),
+            (
+                "entrobatch_prefix_cache_queries_total",
+                "counter",
+                "Prompt tokens looked up in the prefix cache.",
+                &self.prefix_cache_queries,
+            ),
+            (
+                "entrobatch_prefix_cache_hits_total",
+                "counter",
+                "Prompt tokens served from the prefix cache.",
+                &self.prefix_cache_hits,
+            ),
             ("entrobatch_prompt_tokens_total", "counter", "Prompt tokens admitted.", &self.prompt_tokens),
             ("entrobatch_generation_tokens_total", "counter", "Output tokens generated.", &self.output_tokens),
             ("entrobatch_steps_total", "counter", "Engine steps (forward passes).", &self.steps),
@@ -213,7 +213,11 @@ impl EngineMetrics {
         let _ = writeln!(out, "# TYPE {name} counter\n{name} {seconds}");
         let mti: [(&str, &str, &AtomicU64); 2] = [
             ("entrobatch_mti_tokens_total", "Tokens decoded with MTI guidance active.", &self.mti_tokens),
-            ("entrobatch_mti_triggered_tokens_total", "MTI tokens whose entropy triggered guidance.", &self.mti_triggered_tokens),
+            (
+                "entrobatch_mti_triggered_tokens_total",
+                "MTI tokens whose entropy triggered guidance.",
+                &self.mti_triggered_tokens,
+            ),
         ];
         for (name, help, c) in mti {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", g(c));
@@ -221,7 +225,10 @@ impl EngineMetrics {
         // The paper's "CFG usage", ready to graph without a PromQL division.
         if let Some(rate) = self.mti_trigger_rate() {
             let name = "entrobatch_mti_trigger_rate";
-            let _ = writeln!(out, "# HELP {name} Share of MTI tokens that triggered guidance.\n# TYPE {name} gauge\n{name} {rate}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} Share of MTI tokens that triggered guidance.\n# TYPE {name} gauge\n{name} {rate}"
+            );
         }
         self.wedlm.render(&self.forward_rows, &mut out);
         self.time_to_first_token.render(
@@ -234,11 +241,7 @@ impl EngineMetrics {
             "Time between consecutive tokens of a request.",
             &mut out,
         );
-        self.step_duration.render(
-            "entrobatch_step_duration_seconds",
-            "Duration of one engine step.",
-            &mut out,
-        );
+        self.step_duration.render("entrobatch_step_duration_seconds", "Duration of one engine step.", &mut out);
         out
     }
 }

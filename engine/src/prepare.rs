@@ -123,7 +123,10 @@ impl Engine {
         let positions = self.info().model_config.max_position_embeddings;
         let needed = num_prompt.saturating_add(params.max_tokens).saturating_add(past_end);
         if past_end > 0 && needed > positions {
-            let reason = format!("{}'s extra rows ({past_end} positions) run past the model's positions", params.decoding.name());
+            let reason = format!(
+                "{}'s extra rows ({past_end} positions) run past the model's positions",
+                params.decoding.name()
+            );
             return Err(EngineError::NeverFits { needed, limit: positions, reason });
         }
         match limits.check_fits(0, num_prompt, params.max_tokens, 0) {

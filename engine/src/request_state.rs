@@ -72,10 +72,7 @@ impl RequestState {
     ) -> (Option<FinishReason>, TokenTiming) {
         let now = Instant::now();
         let timing = TokenTiming {
-            time_to_first_token: self
-                .last_token_at
-                .is_none()
-                .then(|| (now - self.submitted_at).as_secs_f64()),
+            time_to_first_token: self.last_token_at.is_none().then(|| (now - self.submitted_at).as_secs_f64()),
             inter_token_latency: self.last_token_at.map(|t| (now - t).as_secs_f64()),
         };
         self.last_token_at = Some(now);
@@ -83,11 +80,7 @@ impl RequestState {
         let id = token.token_id;
         let is_eos = !self.params.ignore_eos && self.eos_token_ids.contains(&id);
         let is_stop_id = self.params.stop_token_ids.contains(&id);
-        let delta = if is_eos || is_stop_id {
-            String::new()
-        } else {
-            self.detokenizer.push(tokenizer, id)
-        };
+        let delta = if is_eos || is_stop_id { String::new() } else { self.detokenizer.push(tokenizer, id) };
         let (text, stopped_by_string) = match self.stop_checker.push(&delta) {
             StopOutcome::Continue(text) => (text, false),
             StopOutcome::Stopped(text) => (text, true),

@@ -58,10 +58,7 @@ impl StopChecker {
         while !self.text.is_char_boundary(from) {
             from -= 1;
         }
-        self.stops
-            .iter()
-            .filter_map(|s| self.text[from..].find(s.as_str()).map(|p| p + from))
-            .min()
+        self.stops.iter().filter_map(|s| self.text[from..].find(s.as_str()).map(|p| p + from)).min()
     }
 
     /// Longest suffix of the text that is a proper prefix of some stop string.

@@ -12,7 +12,9 @@ pub fn http_request(state: &AppState, data: &[u8]) {
     let Some((&selector, body)) = data.split_first() else { return };
     let endpoint = if selector & 1 == 0 { Endpoint::Completions } else { Endpoint::ChatCompletions };
     match validate_body(state, endpoint, body) {
-        Err(e) => assert!(e.status.is_client_error(), "{endpoint:?} answered {} to client input: {}", e.status, e.message),
+        Err(e) => {
+            assert!(e.status.is_client_error(), "{endpoint:?} answered {} to client input: {}", e.status, e.message)
+        }
         Ok(req) => {
             let info = state.engine.info();
             assert!(!req.prompt_token_ids.is_empty());
@@ -44,9 +46,8 @@ pub fn detokenizer(engine: &Engine, data: &[u8]) {
         // 0x13, 0x14, 0x16, 0x1D, 0xC0, 0xC1, 0xF1, 0xF2 and 0xF5..=0xFF: bytes of unassigned planes or of
         // no valid UTF-8 at all); Hugging Face's BPE without an unknown token drops them, and
         // so do we. The round trip holds for the bytes the vocabulary can spell.
-        let spells: [bool; 256] = std::array::from_fn(|b| {
-            tokenizer.tokenizer.token_to_id(&byte_level_char(b as u8).to_string()).is_some()
-        });
+        let spells: [bool; 256] =
+            std::array::from_fn(|b| tokenizer.tokenizer.token_to_id(&byte_level_char(b as u8).to_string()).is_some());
         let kept: Vec<u8> = text.bytes().filter(|&b| spells[b as usize]).collect();
         let spellable = String::from_utf8_lossy(&kept);
         assert_eq!(back, spellable, "encode/decode does not round-trip");

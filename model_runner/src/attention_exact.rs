@@ -33,9 +33,7 @@ pub fn exact_attention(
         let (q_len, ctx) = (span.query_len, span.context_len);
         let n = ctx + q_len;
         let q_rows = &qkv.q[span.query_start * q_row_len..(span.query_start + q_len) * q_row_len];
-        let q = Tensor::from_slice(q_rows, (1, q_len, num_heads, head_dim), &device)?
-            .transpose(1, 2)?
-            .contiguous()?;
+        let q = Tensor::from_slice(q_rows, (1, q_len, num_heads, head_dim), &device)?.transpose(1, 2)?.contiguous()?;
         let mut k_rows = Vec::with_capacity(n * kv_row_len);
         let mut v_rows = Vec::with_capacity(n * kv_row_len);
         for j in 0..ctx {
@@ -48,17 +46,13 @@ pub fn exact_attention(
         k_rows.extend_from_slice(&qkv.k[new.clone()]);
         v_rows.extend_from_slice(&qkv.v[new]);
         let to_heads = |rows: Vec<f32>| -> Result<Tensor> {
-            let t = Tensor::from_vec(rows, (1, n, num_kv_heads, head_dim), &device)?
-                .transpose(1, 2)?
-                .contiguous()?;
+            let t = Tensor::from_vec(rows, (1, n, num_kv_heads, head_dim), &device)?.transpose(1, 2)?.contiguous()?;
             Ok(candle_transformers::utils::repeat_kv(t, num_heads / num_kv_heads)?)
         };
         let (k, v) = (to_heads(k_rows)?, to_heads(v_rows)?);
         let mut att = (q.matmul(&k.t()?)? / (head_dim as f64).sqrt())?;
         if q_len > 1 {
-            let mask: Vec<u8> = (0..q_len)
-                .flat_map(|i| (0..n).map(move |j| u8::from(j > ctx + i)))
-                .collect();
+            let mask: Vec<u8> = (0..q_len).flat_map(|i| (0..n).map(move |j| u8::from(j > ctx + i))).collect();
             let mask = Tensor::from_vec(mask, (q_len, n), &device)?.broadcast_as(att.shape())?;
             let neg_inf = Tensor::new(f32::NEG_INFINITY, &device)?.broadcast_as(att.shape())?;
             att = mask.where_cond(&neg_inf, &att)?;

@@ -45,18 +45,10 @@ impl ForwardBatch {
             )));
         }
         if let Some(&id) = self.input_ids.iter().find(|&&id| id as usize >= vocab_size) {
-            return Err(ModelError::InvalidBatch(format!(
-                "token id {id} outside the vocabulary of {vocab_size}"
-            )));
+            return Err(ModelError::InvalidBatch(format!("token id {id} outside the vocabulary of {vocab_size}")));
         }
-        if let Some(&slot) = self
-            .slot_mapping
-            .iter()
-            .find(|&&s| s < -1 || s >= num_slots as i64)
-        {
-            return Err(ModelError::InvalidBatch(format!(
-                "slot {slot} outside the cache of {num_slots} slots"
-            )));
+        if let Some(&slot) = self.slot_mapping.iter().find(|&&s| s < -1 || s >= num_slots as i64) {
+            return Err(ModelError::InvalidBatch(format!("slot {slot} outside the cache of {num_slots} slots")));
         }
         let mut covered = vec![false; rows];
         for (i, span) in self.seqs.iter().enumerate() {
@@ -77,9 +69,7 @@ impl ForwardBatch {
             }
             let num_blocks = num_slots / block_size;
             if span.block_table.iter().any(|&b| b as usize >= num_blocks) {
-                return Err(ModelError::InvalidBatch(format!(
-                    "span {i} references a block outside the cache"
-                )));
+                return Err(ModelError::InvalidBatch(format!("span {i} references a block outside the cache")));
             }
             for flag in &mut covered[span.query_start..end] {
                 if *flag {

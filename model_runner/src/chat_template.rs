@@ -44,11 +44,7 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self {
-            role: role.into(),
-            content: content.into(),
-            ..Self::default()
-        }
+        Self { role: role.into(), content: content.into(), ..Self::default() }
     }
 
     /// The same message carrying `calls` (an assistant turn that called tools).
@@ -95,11 +91,7 @@ fn normalized(messages: &[ChatMessage]) -> std::borrow::Cow<'_, [ChatMessage]> {
         return std::borrow::Cow::Borrowed(messages);
     }
     let mut owned = messages.to_vec();
-    for call in owned
-        .iter_mut()
-        .filter_map(|m| m.tool_calls.as_mut())
-        .flatten()
-    {
+    for call in owned.iter_mut().filter_map(|m| m.tool_calls.as_mut()).flatten() {
         arguments_as_object(call);
     }
     std::borrow::Cow::Owned(owned)
@@ -126,11 +118,7 @@ impl std::fmt::Debug for ChatTemplate {
 
 impl ChatTemplate {
     /// Compiles `template`. `bos_token`/`eos_token` are the token *texts* templates may print.
-    pub fn new(
-        template: &str,
-        bos_token: Option<String>,
-        eos_token: Option<String>,
-    ) -> Result<Self, TokenizerError> {
+    pub fn new(template: &str, bos_token: Option<String>, eos_token: Option<String>) -> Result<Self, TokenizerError> {
         let mut env = Environment::new();
         // HF compiles templates with trim_blocks and lstrip_blocks on; without them the
         // whitespace around `{% %}` tags ends up in the prompt.
@@ -144,16 +132,9 @@ impl ChatTemplate {
             .map_err(|e| TokenizerError::Build(format!("chat template: {e:#}")))?;
         // Static analysis of the source: a template that never names `tools` cannot render a
         // tool list, whatever the context holds.
-        let supports_tools = env
-            .get_template(TEMPLATE_NAME)
-            .map(|t| t.undeclared_variables(false).contains("tools"))
-            .unwrap_or(false);
-        Ok(Self {
-            env,
-            bos_token,
-            eos_token,
-            supports_tools,
-        })
+        let supports_tools =
+            env.get_template(TEMPLATE_NAME).map(|t| t.undeclared_variables(false).contains("tools")).unwrap_or(false);
+        Ok(Self { env, bos_token, eos_token, supports_tools })
     }
 
     /// The ChatML fallback, for models whose GGUF carries no template.
@@ -254,13 +235,7 @@ mod tests {
 
     #[test]
     fn non_object_arguments_are_left_alone() {
-        for args in [
-            json!("not json"),
-            json!("[1]"),
-            json!("3"),
-            json!(null),
-            json!(7),
-        ] {
+        for args in [json!("not json"), json!("[1]"), json!("3"), json!(null), json!(7)] {
             let mut call = json!({"function": {"name": "f", "arguments": args.clone()}});
             arguments_as_object(&mut call);
             assert_eq!(call["function"]["arguments"], args);
@@ -290,9 +265,6 @@ mod tests {
         let m = [ChatMessage::new("user", "x")];
         assert_eq!(tpl.apply(&m, false, None).unwrap(), "none");
         let tools = [json!({"type": "function", "function": {"name": "f"}})];
-        assert_eq!(
-            tpl.apply_with_tools(&m, false, None, Some(&tools)).unwrap(),
-            "1:f"
-        );
+        assert_eq!(tpl.apply_with_tools(&m, false, None, Some(&tools)).unwrap(), "1:f");
     }
 }

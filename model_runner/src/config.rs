@@ -18,9 +18,7 @@ impl Architecture {
         match name {
             "llama" => Ok(Self::Llama),
             "qwen2" => Ok(Self::Qwen2),
-            other => Err(ModelError::Unsupported(format!(
-                "architecture `{other}` (supported: llama, qwen2)"
-            ))),
+            other => Err(ModelError::Unsupported(format!("architecture `{other}` (supported: llama, qwen2)"))),
         }
     }
 
@@ -68,9 +66,8 @@ impl ModelConfig {
                 "embedding_length {hidden_size} not divisible by head_count {num_heads}"
             )));
         }
-        let num_kv_heads = metadata_u32(content, &key("attention.head_count_kv"))
-            .map(|v| v as usize)
-            .unwrap_or(num_heads);
+        let num_kv_heads =
+            metadata_u32(content, &key("attention.head_count_kv")).map(|v| v as usize).unwrap_or(num_heads);
         if num_kv_heads == 0 || !num_heads.is_multiple_of(num_kv_heads) {
             return Err(ModelError::Unsupported(format!(
                 "head_count {num_heads} not a multiple of head_count_kv {num_kv_heads}"
@@ -91,9 +88,7 @@ impl ModelConfig {
             num_kv_heads,
             head_dim,
             vocab_size,
-            max_position_embeddings: metadata_u32(content, &key("context_length"))
-                .map(|v| v as usize)
-                .unwrap_or(4096),
+            max_position_embeddings: metadata_u32(content, &key("context_length")).map(|v| v as usize).unwrap_or(4096),
             rope_theta: metadata_f32(content, &key("rope.freq_base")).unwrap_or(10_000.0),
             rope_interleaved: architecture == Architecture::Llama,
             rms_norm_eps: metadata_f32(content, &key("attention.layer_norm_rms_epsilon"))?,
@@ -110,10 +105,7 @@ impl ModelConfig {
 }
 
 fn metadata<'a>(content: &'a gguf_file::Content, key: &str) -> Result<&'a gguf_file::Value> {
-    content
-        .metadata
-        .get(key)
-        .ok_or_else(|| ModelError::MissingMetadata(key.to_string()))
+    content.metadata.get(key).ok_or_else(|| ModelError::MissingMetadata(key.to_string()))
 }
 
 fn metadata_u32(content: &gguf_file::Content, key: &str) -> Result<u32> {

@@ -111,11 +111,7 @@ fn architecture(cfg: &Fields<'_>) -> Result<Architecture> {
     if let Some(a) = by_type {
         return Ok(a);
     }
-    let class = cfg
-        .get("architectures")
-        .and_then(|a| a.get(0))
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let class = cfg.get("architectures").and_then(|a| a.get(0)).and_then(Value::as_str).unwrap_or("");
     match class {
         "LlamaForCausalLM" => Ok(Architecture::Llama),
         "Qwen2ForCausalLM" => Ok(Architecture::Qwen2),
@@ -169,8 +165,7 @@ impl Fields<'_> {
     }
 
     fn usize(&self, key: &str) -> Result<usize> {
-        self.opt_usize(key)?
-            .ok_or_else(|| ModelError::Unsupported(format!("config.json lacks `{key}`")))
+        self.opt_usize(key)?.ok_or_else(|| ModelError::Unsupported(format!("config.json lacks `{key}`")))
     }
 
     /// An id field that may be one integer or a list of them.

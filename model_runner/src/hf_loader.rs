@@ -83,8 +83,7 @@ fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let index = dir.join(WEIGHTS_INDEX_FILE);
     if index.is_file() {
         let text = std::fs::read_to_string(&index).map_err(|e| load_error(&index, e.to_string()))?;
-        let json: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| load_error(&index, e.to_string()))?;
+        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| load_error(&index, e.to_string()))?;
         let map = json
             .get("weight_map")
             .and_then(|m| m.as_object())

@@ -29,9 +29,11 @@ impl GgufTokenizer {
         let mut eos = eos_token_ids;
         eos.extend(END_OF_TURN_TOKENS.iter().filter_map(|t| tokenizer.token_to_id(t)));
         let mut seen = Vec::new();
-        eos.retain(|id| !seen.contains(id) && {
-            seen.push(*id);
-            true
+        eos.retain(|id| {
+            !seen.contains(id) && {
+                seen.push(*id);
+                true
+            }
         });
         Self { tokenizer, bos_token_id, eos_token_ids: eos, chat_template, add_bos_token, vocab_size, token_types }
     }
@@ -41,8 +43,8 @@ impl GgufTokenizer {
     /// ids from `config.json`, used when the tokenizer files name none.
     pub fn from_hf_dir(dir: &Path, config_eos: &[u32], config_bos: Option<u32>) -> Result<Self, TokenizerError> {
         let path = dir.join("tokenizer.json");
-        let tokenizer = Tokenizer::from_file(&path)
-            .map_err(|e| TokenizerError::Build(format!("{}: {e}", path.display())))?;
+        let tokenizer =
+            Tokenizer::from_file(&path).map_err(|e| TokenizerError::Build(format!("{}: {e}", path.display())))?;
         let tok_cfg = read_json(&dir.join("tokenizer_config.json"))?;
         let gen_cfg = read_json(&dir.join("generation_config.json"))?;
         let token_id = |key: &str| -> Option<Option<u32>> {
@@ -56,11 +58,7 @@ impl GgufTokenizer {
         eos.extend_from_slice(config_eos);
         // An explicit `"bos_token": null` (Qwen) means no BOS even if config.json names one.
         let bos = token_id("bos_token").unwrap_or(config_bos);
-        let add_bos = tok_cfg
-            .as_ref()
-            .and_then(|c| c.get("add_bos_token"))
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
+        let add_bos = tok_cfg.as_ref().and_then(|c| c.get("add_bos_token")).and_then(Value::as_bool).unwrap_or(false);
         let template = match tok_cfg.as_ref().and_then(|c| c.get("chat_template")) {
             Some(t) => chat_template(t),
             None => None,
@@ -77,9 +75,7 @@ fn read_json(path: &Path) -> Result<Option<Value>, TokenizerError> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Ok(None);
     };
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|e| TokenizerError::Build(format!("{}: {e}", path.display())))
+    serde_json::from_str(&text).map(Some).map_err(|e| TokenizerError::Build(format!("{}: {e}", path.display())))
 }
 
 /// A special token as `tokenizer_config.json` writes it: a string or an AddedToken dict.

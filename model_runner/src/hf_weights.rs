@@ -36,9 +36,7 @@ impl Model {
             let norm = |name: &str| -> Result<_> {
                 config.qk_norm.then(|| ops::values_of(&get(&format!("self_attn.{name}.weight"), &[hd])?)).transpose()
             };
-            let proj = |name: &str, out: usize, inp: usize, bias| {
-                Linear::from_dense(&get(name, &[out, inp])?, bias)
-            };
+            let proj = |name: &str, out: usize, inp: usize, bias| Linear::from_dense(&get(name, &[out, inp])?, bias);
             layers.push(Layer {
                 attn_norm: ops::values_of(&get("input_layernorm.weight", &[h])?)?,
                 wq: proj("self_attn.q_proj.weight", q_out, h, bias("q_proj", q_out)?)?,
@@ -59,9 +57,7 @@ impl Model {
         } else if hf.tie_word_embeddings {
             Linear::from_dense(&embedding, None)?
         } else {
-            return Err(ModelError::Unsupported(
-                "lm_head.weight is missing and tie_word_embeddings is false".into(),
-            ));
+            return Err(ModelError::Unsupported("lm_head.weight is missing and tie_word_embeddings is false".into()));
         };
         let rope = Rope::new(hd, config.rope_theta, config.max_position_embeddings, config.rope_interleaved);
         let embedding = ops::values_of(&embedding)?;

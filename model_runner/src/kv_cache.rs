@@ -99,9 +99,7 @@ impl KvCache {
         }
         let row_len = config.num_kv_heads * config.head_dim;
         let len = num_blocks * block_size * row_len;
-        let layers = (0..config.num_layers)
-            .map(|_| LayerKv::zeros(dtype, len))
-            .collect();
+        let layers = (0..config.num_layers).map(|_| LayerKv::zeros(dtype, len)).collect();
         Ok(Self { layers, num_blocks, block_size, row_len, dtype })
     }
 

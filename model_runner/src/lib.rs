@@ -4,8 +4,8 @@
 //! directory's tokenizer.json.
 
 pub mod attention;
-mod attention_simd;
 pub mod attention_exact;
+mod attention_simd;
 pub mod batch;
 pub mod config;
 pub mod error;
@@ -22,6 +22,7 @@ pub mod runner;
 pub mod softmax;
 
 pub use batch::{ForwardBatch, SeqSpan};
+pub use chat_template::{ChatMessage, ChatTemplate};
 pub use config::{Architecture, ModelConfig};
 pub use error::{ModelError, Result};
 pub use kv_cache::{KvCache, KvDtype};
@@ -30,8 +31,7 @@ pub use metrics::AttnMetrics;
 pub use model::{ForwardOutput, Model};
 pub use runner::{load_gguf, load_model, ModelRunner};
 pub use tokenizer::GgufTokenizer;
-pub use chat_template::{ChatMessage, ChatTemplate};
-pub mod tokenizer;
 pub mod chat_template;
 pub mod testing;
 pub mod testing_hf;
+pub mod tokenizer;

@@ -35,8 +35,7 @@ pub fn attention_metrics(scores: &[f32], heads: usize, keys: usize) -> AttnMetri
         head_entropy.push(entropy);
     }
     let mean_entropy = head_entropy.iter().sum::<f64>() / heads as f64;
-    let varentropy =
-        head_entropy.iter().map(|e| (e - mean_entropy).powi(2)).sum::<f64>() / heads as f64;
+    let varentropy = head_entropy.iter().map(|e| (e - mean_entropy).powi(2)).sum::<f64>() / heads as f64;
     let mut agreement = 0f64;
     for k in 0..keys {
         let mean = (0..heads).map(|h| probs[h * keys + k] as f64).sum::<f64>() / heads as f64;

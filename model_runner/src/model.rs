@@ -63,18 +63,13 @@ impl ForwardOutput {
 }
 
 impl Model {
-    pub fn from_gguf<R: Read + Seek>(
-        content: &gguf_file::Content,
-        reader: &mut R,
-        mode: MatmulMode,
-    ) -> Result<Self> {
+    pub fn from_gguf<R: Read + Seek>(content: &gguf_file::Content, reader: &mut R, mode: MatmulMode) -> Result<Self> {
         let device = Device::Cpu;
         let config = ModelConfig::from_gguf(content)?;
         let mut tensor = |name: &str| {
-            content.tensor(reader, name, &device).map_err(|e| ModelError::Load {
-                path: name.to_string(),
-                message: e.to_string(),
-            })
+            content
+                .tensor(reader, name, &device)
+                .map_err(|e| ModelError::Load { path: name.to_string(), message: e.to_string() })
         };
         let embedding_q = tensor("token_embd.weight")?;
         let embedding = ops::values_of(&embedding_q.dequantize(&device)?)?;
@@ -109,12 +104,8 @@ impl Model {
                 w_down: Linear::new(tensor(&format!("{p}.ffn_down.weight"))?, None, mode)?,
             });
         }
-        let rope = Rope::new(
-            config.head_dim,
-            config.rope_theta,
-            config.max_position_embeddings,
-            config.rope_interleaved,
-        );
+        let rope =
+            Rope::new(config.head_dim, config.rope_theta, config.max_position_embeddings, config.rope_interleaved);
         Ok(Self { config, embedding, layers, final_norm, lm_head, rope, exact_attention: false })
     }
 

@@ -41,9 +41,7 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
         gate.iter_mut().zip(up).for_each(apply);
     } else {
         const CHUNK: usize = 4096;
-        gate.par_chunks_mut(CHUNK)
-            .zip(up.par_chunks(CHUNK))
-            .for_each(|(g, u)| g.iter_mut().zip(u).for_each(apply));
+        gate.par_chunks_mut(CHUNK).zip(up.par_chunks(CHUNK)).for_each(|(g, u)| g.iter_mut().zip(u).for_each(apply));
     }
 }
 

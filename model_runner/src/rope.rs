@@ -12,10 +12,8 @@ impl Rope {
     pub fn new(head_dim: usize, theta: f32, max_positions: usize, interleaved: bool) -> Self {
         let half_dim = head_dim / 2;
         // Same f32 formula as candle-transformers so positions rotate bit-identically.
-        let inv_freq: Vec<f32> = (0..head_dim)
-            .step_by(2)
-            .map(|i| 1f32 / theta.powf(i as f32 / head_dim as f32))
-            .collect();
+        let inv_freq: Vec<f32> =
+            (0..head_dim).step_by(2).map(|i| 1f32 / theta.powf(i as f32 / head_dim as f32)).collect();
         let mut cos = Vec::with_capacity(max_positions * half_dim);
         let mut sin = Vec::with_capacity(max_positions * half_dim);
         for pos in 0..max_positions {

@@ -14,17 +14,17 @@ use crate::tokenizer::GgufTokenizer;
 pub fn load_gguf(path: &Path, mode: MatmulMode) -> Result<(Model, GgufTokenizer)> {
     let load_err = |message: String| ModelError::Load { path: path.display().to_string(), message };
     let mut file = File::open(path).map_err(|e| load_err(e.to_string()))?;
-    let content = gguf_file::Content::read(&mut file)
-        .map_err(|e| load_err(format!("not a readable GGUF file ({e})")))?;
+    let content =
+        gguf_file::Content::read(&mut file).map_err(|e| load_err(format!("not a readable GGUF file ({e})")))?;
     let file_len = file.metadata().map_err(|e| load_err(e.to_string()))?.len();
     check_tensor_extents(&content, file_len).map_err(load_err)?;
     let tokenizer = GgufTokenizer::from_gguf(&content)?;
     let model = Model::from_gguf(&content, &mut file, mode).map_err(|e| match e {
         ModelError::Candle(c) => load_err(format!("corrupt or truncated tensor data ({c})")),
         // Tensor reads name the tensor; say which file it came from and what to do.
-        ModelError::Load { path: tensor, message } => load_err(format!(
-            "tensor {tensor}: {message}; the file looks corrupt or truncated, fetch it again"
-        )),
+        ModelError::Load { path: tensor, message } => {
+            load_err(format!("tensor {tensor}: {message}; the file looks corrupt or truncated, fetch it again"))
+        }
         other => other,
     })?;
     Ok((model, tokenizer))
@@ -35,7 +35,8 @@ pub fn load_gguf(path: &Path, mode: MatmulMode) -> Result<(Model, GgufTokenizer)
 /// catches any truncation up front (as llama.cpp does).
 fn check_tensor_extents(content: &gguf_file::Content, file_len: u64) -> std::result::Result<(), String> {
     for (name, info) in &content.tensor_infos {
-        let bytes = (info.shape.elem_count() / info.ggml_dtype.block_size()) as u64 * info.ggml_dtype.type_size() as u64;
+        let bytes =
+            (info.shape.elem_count() / info.ggml_dtype.block_size()) as u64 * info.ggml_dtype.type_size() as u64;
         let end = content.tensor_data_offset.saturating_add(info.offset).saturating_add(bytes);
         if end > file_len {
             return Err(format!(

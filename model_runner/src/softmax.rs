@@ -51,7 +51,8 @@ mod tests {
     /// The vector and scalar exp agree bit for bit and stay within 2 ulp of libm's.
     #[test]
     fn exp_matches_libm_and_both_paths_agree() {
-        let xs: Vec<f32> = (0..4000).map(|i| -(i as f32) * 0.0231 - 1e-3 * (i % 7) as f32).chain([0.0, -87.0, -200.0]).collect();
+        let xs: Vec<f32> =
+            (0..4000).map(|i| -(i as f32) * 0.0231 - 1e-3 * (i % 7) as f32).chain([0.0, -87.0, -200.0]).collect();
         let mut vector = xs.clone();
         if simd::available() {
             for chunk in vector.chunks_exact_mut(8) {

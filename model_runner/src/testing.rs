@@ -74,10 +74,7 @@ impl TinyModelSpec {
     }
 
     pub fn qwen2() -> Self {
-        Self {
-            arch: TinyArch::Qwen2,
-            ..Self::llama()
-        }
+        Self { arch: TinyArch::Qwen2, ..Self::llama() }
     }
 
     pub fn head_dim(&self) -> usize {
@@ -87,24 +84,13 @@ impl TinyModelSpec {
     fn validate(&self) -> candle_core::Result<()> {
         let block = self.dtype.block_size();
         if self.n_heads == 0 || self.n_kv_heads == 0 || !self.hidden.is_multiple_of(self.n_heads) {
-            candle_core::bail!(
-                "hidden {} not divisible by n_heads {}",
-                self.hidden,
-                self.n_heads
-            );
+            candle_core::bail!("hidden {} not divisible by n_heads {}", self.hidden, self.n_heads);
         }
         if !self.n_heads.is_multiple_of(self.n_kv_heads) {
-            candle_core::bail!(
-                "n_heads {} not divisible by n_kv_heads {}",
-                self.n_heads,
-                self.n_kv_heads
-            );
+            candle_core::bail!("n_heads {} not divisible by n_kv_heads {}", self.n_heads, self.n_kv_heads);
         }
         if !self.hidden.is_multiple_of(block) || !self.intermediate.is_multiple_of(block) {
-            candle_core::bail!(
-                "hidden/intermediate must be multiples of the {:?} block size {block}",
-                self.dtype
-            );
+            candle_core::bail!("hidden/intermediate must be multiples of the {:?} block size {block}", self.dtype);
         }
         Ok(())
     }
@@ -154,10 +140,7 @@ pub fn write_tiny_gguf(path: &Path, spec: &TinyModelSpec) -> candle_core::Result
     let arch = spec.arch.gguf_name();
     let mut metadata: Vec<(String, Value)> = vec![
         ("general.architecture".into(), Value::String(arch.into())),
-        (
-            "general.name".into(),
-            Value::String(format!("tiny-random-{arch}")),
-        ),
+        ("general.name".into(), Value::String(format!("tiny-random-{arch}"))),
         ("general.quantization_version".into(), Value::U32(2)),
     ];
     let (rope_base, eps) = match spec.arch {
@@ -202,61 +185,25 @@ fn build_tensors(spec: &TinyModelSpec) -> candle_core::Result<Vec<(String, QTens
     let quant = |t: Tensor| QTensor::quantize(&t, spec.dtype);
     let f32q = |t: Tensor| QTensor::quantize(&t, GgmlDType::F32);
 
-    out.push((
-        "token_embd.weight".to_string(),
-        quant(rng.tensor(&[TINY_VOCAB_SIZE, h], 0.0, EMBED_STD)?)?,
-    ));
+    out.push(("token_embd.weight".to_string(), quant(rng.tensor(&[TINY_VOCAB_SIZE, h], 0.0, EMBED_STD)?)?));
     for l in 0..spec.n_layers {
         let p = |name: &str| format!("blk.{l}.{name}");
-        out.push((
-            p("attn_norm.weight"),
-            f32q(rng.tensor(&[h], 1.0, NORM_STD)?)?,
-        ));
-        out.push((
-            p("attn_q.weight"),
-            quant(rng.tensor(&[h, h], 0.0, PROJ_STD)?)?,
-        ));
-        out.push((
-            p("attn_k.weight"),
-            quant(rng.tensor(&[kv, h], 0.0, PROJ_STD)?)?,
-        ));
-        out.push((
-            p("attn_v.weight"),
-            quant(rng.tensor(&[kv, h], 0.0, PROJ_STD)?)?,
-        ));
+        out.push((p("attn_norm.weight"), f32q(rng.tensor(&[h], 1.0, NORM_STD)?)?));
+        out.push((p("attn_q.weight"), quant(rng.tensor(&[h, h], 0.0, PROJ_STD)?)?));
+        out.push((p("attn_k.weight"), quant(rng.tensor(&[kv, h], 0.0, PROJ_STD)?)?));
+        out.push((p("attn_v.weight"), quant(rng.tensor(&[kv, h], 0.0, PROJ_STD)?)?));
         if spec.arch == TinyArch::Qwen2 {
             out.push((p("attn_q.bias"), f32q(rng.tensor(&[h], 0.0, BIAS_STD)?)?));
             out.push((p("attn_k.bias"), f32q(rng.tensor(&[kv], 0.0, BIAS_STD)?)?));
             out.push((p("attn_v.bias"), f32q(rng.tensor(&[kv], 0.0, BIAS_STD)?)?));
         }
-        out.push((
-            p("attn_output.weight"),
-            quant(rng.tensor(&[h, h], 0.0, PROJ_STD)?)?,
-        ));
-        out.push((
-            p("ffn_norm.weight"),
-            f32q(rng.tensor(&[h], 1.0, NORM_STD)?)?,
-        ));
-        out.push((
-            p("ffn_gate.weight"),
-            quant(rng.tensor(&[ff, h], 0.0, PROJ_STD)?)?,
-        ));
-        out.push((
-            p("ffn_up.weight"),
-            quant(rng.tensor(&[ff, h], 0.0, PROJ_STD)?)?,
-        ));
-        out.push((
-            p("ffn_down.weight"),
-            quant(rng.tensor(&[h, ff], 0.0, PROJ_STD)?)?,
-        ));
+        out.push((p("attn_output.weight"), quant(rng.tensor(&[h, h], 0.0, PROJ_STD)?)?));
+        out.push((p("ffn_norm.weight"), f32q(rng.tensor(&[h], 1.0, NORM_STD)?)?));
+        out.push((p("ffn_gate.weight"), quant(rng.tensor(&[ff, h], 0.0, PROJ_STD)?)?));
+        out.push((p("ffn_up.weight"), quant(rng.tensor(&[ff, h], 0.0, PROJ_STD)?)?));
+        out.push((p("ffn_down.weight"), quant(rng.tensor(&[h, ff], 0.0, PROJ_STD)?)?));
     }
-    out.push((
-        "output_norm.weight".to_string(),
-        f32q(rng.tensor(&[h], 1.0, NORM_STD)?)?,
-    ));
-    out.push((
-        "output.weight".to_string(),
-        quant(rng.tensor(&[TINY_VOCAB_SIZE, h], 0.0, OUTPUT_STD)?)?,
-    ));
+    out.push(("output_norm.weight".to_string(), f32q(rng.tensor(&[h], 1.0, NORM_STD)?)?));
+    out.push(("output.weight".to_string(), quant(rng.tensor(&[TINY_VOCAB_SIZE, h], 0.0, OUTPUT_STD)?)?));
     Ok(out)
 }

@@ -80,13 +80,7 @@ impl TinyHfSpec {
     }
 
     pub fn llama() -> Self {
-        Self {
-            arch: TinyHfArch::Llama,
-            head_dim: 16,
-            mask_token_id: None,
-            wedlm_model_type: false,
-            ..Self::qwen3()
-        }
+        Self { arch: TinyHfArch::Llama, head_dim: 16, mask_token_id: None, wedlm_model_type: false, ..Self::qwen3() }
     }
 }
 
@@ -101,9 +95,7 @@ pub fn write_tiny_hf(dir: &Path, spec: &TinyHfSpec) -> candle_core::Result<()> {
         .tokenizer
         .save(dir.join("tokenizer.json"), false)
         .map_err(|e| candle_core::Error::Msg(format!("tokenizer.json: {e}")))?;
-    let id = |t: &str| {
-        tokenizer.token_id(t).ok_or_else(|| candle_core::Error::Msg(format!("tiny vocab lacks {t}")))
-    };
+    let id = |t: &str| tokenizer.token_id(t).ok_or_else(|| candle_core::Error::Msg(format!("tiny vocab lacks {t}")));
     let (endoftext, im_end) = (id("<|endoftext|>")?, id("<|im_end|>")?);
     write_json(&dir.join("config.json"), &config_json(spec, endoftext, im_end))?;
     write_json(
@@ -184,17 +176,13 @@ fn write_weights(dir: &Path, spec: &TinyHfSpec) -> candle_core::Result<()> {
     let mut weight_map = serde_json::Map::new();
     for (i, chunk) in names.chunks(per_shard).enumerate() {
         let file = format!("model-{:05}-of-{:05}.safetensors", i + 1, spec.shards);
-        let shard: HashMap<String, Tensor> =
-            chunk.iter().map(|n| ((*n).clone(), tensors[*n].clone())).collect();
+        let shard: HashMap<String, Tensor> = chunk.iter().map(|n| ((*n).clone(), tensors[*n].clone())).collect();
         candle_core::safetensors::save(&shard, dir.join(&file))?;
         for n in chunk {
             weight_map.insert((*n).clone(), json!(file));
         }
     }
-    write_json(
-        &dir.join("model.safetensors.index.json"),
-        &json!({ "metadata": {}, "weight_map": weight_map }),
-    )
+    write_json(&dir.join("model.safetensors.index.json"), &json!({ "metadata": {}, "weight_map": weight_map }))
 }
 
 fn build_tensors(spec: &TinyHfSpec) -> candle_core::Result<HashMap<String, Tensor>> {

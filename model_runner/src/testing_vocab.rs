@@ -68,8 +68,7 @@ const SPECIALS: &[&str] = &["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
 /// GPT-2's byte-to-unicode table: printable Latin-1 bytes map to themselves, the rest to
 /// U+0100 upwards, so every byte is a visible, non-space character.
 pub fn gpt2_byte_to_unicode() -> [char; 256] {
-    let printable =
-        |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
     let mut table = ['\0'; 256];
     let mut next = 256u32;
     for b in 0..256u32 {
@@ -104,15 +103,8 @@ impl Vocab {
 /// ids 0..3, BOS = `<|im_start|>`); Qwen2 gets Qwen's (control tokens after the merges, BOS =
 /// `<|endoftext|>`, `[PAD n]` filler at the end as llama.cpp's converter writes it).
 pub fn tokenizer_metadata(arch: TinyArch) -> candle_core::Result<Vec<(String, Value)>> {
-    let mut v = Vocab {
-        tokens: Vec::new(),
-        types: Vec::new(),
-    };
-    let add_specials = |v: &mut Vocab| {
-        SPECIALS
-            .iter()
-            .for_each(|s| v.push(s.to_string(), token_type::CONTROL))
-    };
+    let mut v = Vocab { tokens: Vec::new(), types: Vec::new() };
+    let add_specials = |v: &mut Vocab| SPECIALS.iter().for_each(|s| v.push(s.to_string(), token_type::CONTROL));
     if arch == TinyArch::Llama {
         add_specials(&mut v);
     }
@@ -132,21 +124,14 @@ pub fn tokenizer_metadata(arch: TinyArch) -> candle_core::Result<Vec<(String, Va
         add_specials(&mut v);
     }
     if v.tokens.len() > TINY_VOCAB_SIZE {
-        candle_core::bail!(
-            "tiny vocab has {} tokens, more than {TINY_VOCAB_SIZE}",
-            v.tokens.len()
-        );
+        candle_core::bail!("tiny vocab has {} tokens, more than {TINY_VOCAB_SIZE}", v.tokens.len());
     }
     while v.tokens.len() < TINY_VOCAB_SIZE {
         let i = v.tokens.len();
         v.push(format!("[PAD{i}]"), token_type::UNUSED);
     }
-    let id = |t: &str| {
-        v.id(t)
-            .ok_or_else(|| candle_core::Error::Msg(format!("tiny vocab lacks {t}")))
-    };
-    let (endoftext, im_start, im_end) =
-        (id("<|endoftext|>")?, id("<|im_start|>")?, id("<|im_end|>")?);
+    let id = |t: &str| v.id(t).ok_or_else(|| candle_core::Error::Msg(format!("tiny vocab lacks {t}")));
+    let (endoftext, im_start, im_end) = (id("<|endoftext|>")?, id("<|im_start|>")?, id("<|im_end|>")?);
     let (bos, pre) = match arch {
         TinyArch::Llama => (im_start, "smollm"),
         TinyArch::Qwen2 => (endoftext, "qwen2"),
@@ -163,14 +148,8 @@ pub fn tokenizer_metadata(arch: TinyArch) -> candle_core::Result<Vec<(String, Va
         ("tokenizer.ggml.merges".into(), strings(merges)),
         ("tokenizer.ggml.bos_token_id".into(), Value::U32(bos)),
         ("tokenizer.ggml.eos_token_id".into(), Value::U32(im_end)),
-        (
-            "tokenizer.ggml.padding_token_id".into(),
-            Value::U32(endoftext),
-        ),
+        ("tokenizer.ggml.padding_token_id".into(), Value::U32(endoftext)),
         ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
-        (
-            "tokenizer.chat_template".into(),
-            Value::String(CHATML_TEMPLATE.into()),
-        ),
+        ("tokenizer.chat_template".into(), Value::String(CHATML_TEMPLATE.into())),
     ])
 }

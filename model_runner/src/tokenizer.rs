@@ -34,12 +34,7 @@ pub mod token_type {
 
 /// End-of-turn markers of common chat formats. Generation must stop on these even when the
 /// GGUF names a different `eos_token_id` (e.g. a base-model `<|endoftext|>`).
-const END_OF_TURN_TOKENS: &[&str] = &[
-    "<|im_end|>",
-    "<|endoftext|>",
-    "<|eot_id|>",
-    "<|end_of_text|>",
-];
+const END_OF_TURN_TOKENS: &[&str] = &["<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
@@ -95,11 +90,7 @@ impl GgufTokenizer {
                         .into(),
                 ))
             }
-            other => {
-                return Err(TokenizerError::Unsupported(format!(
-                    "tokenizer.ggml.model = {other:?}"
-                )))
-            }
+            other => return Err(TokenizerError::Unsupported(format!("tokenizer.ggml.model = {other:?}"))),
         }
         let tokens = meta::string_array(md, "tokenizer.ggml.tokens")?
             .ok_or_else(|| TokenizerError::MissingMetadata("tokenizer.ggml.tokens".into()))?;
@@ -140,11 +131,7 @@ impl GgufTokenizer {
         for extra in ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
             eos_token_ids.extend(meta::token_id(md, extra, tokens.len())?);
         }
-        eos_token_ids.extend(
-            END_OF_TURN_TOKENS
-                .iter()
-                .filter_map(|t| tokenizer.token_to_id(t)),
-        );
+        eos_token_ids.extend(END_OF_TURN_TOKENS.iter().filter_map(|t| tokenizer.token_to_id(t)));
         let mut seen = Vec::new();
         eos_token_ids.retain(|id| {
             !seen.contains(id) && {
@@ -167,18 +154,13 @@ impl GgufTokenizer {
     /// Encodes `text`; special tokens written in the text (e.g. `<|im_start|>`) always map to
     /// their single id. `add_special_tokens` only controls the BOS prefix (if the model wants one).
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizerError> {
-        let enc = self
-            .tokenizer
-            .encode(text, add_special_tokens)
-            .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+        let enc = self.tokenizer.encode(text, add_special_tokens).map_err(|e| TokenizerError::Encode(e.to_string()))?;
         Ok(enc.get_ids().to_vec())
     }
 
     /// Decodes ids to text. Invalid UTF-8 (e.g. half of a multi-byte character) becomes U+FFFD.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, TokenizerError> {
-        self.tokenizer
-            .decode(ids, skip_special_tokens)
-            .map_err(|e| TokenizerError::Decode(e.to_string()))
+        self.tokenizer.decode(ids, skip_special_tokens).map_err(|e| TokenizerError::Decode(e.to_string()))
     }
 
     /// Exact vocabulary lookup of a token's raw text (byte-level form, e.g. `"Ġworld"`).
@@ -204,12 +186,7 @@ impl GgufTokenizer {
 fn build_bpe(tokens: &[String], merges: &[String]) -> Result<BPE, TokenizerError> {
     // Keep the first id of a duplicated text, as llama.cpp's token_to_id does (rev + collect
     // lets earlier ids overwrite later ones).
-    let vocab: Vocab = tokens
-        .iter()
-        .enumerate()
-        .rev()
-        .map(|(id, t)| (t.clone(), id as u32))
-        .collect();
+    let vocab: Vocab = tokens.iter().enumerate().rev().map(|(id, t)| (t.clone(), id as u32)).collect();
     let merges = merges
         .iter()
         .map(|m| {
@@ -224,10 +201,7 @@ fn build_bpe(tokens: &[String], merges: &[String]) -> Result<BPE, TokenizerError
         .collect::<Result<Vec<_>, _>>()?;
     // Byte-level vocabularies contain all 256 byte symbols, so no unk token or byte_fallback
     // is needed: every input is representable.
-    BPE::builder()
-        .vocab_and_merges(vocab, merges)
-        .build()
-        .map_err(|e| TokenizerError::Build(e.to_string()))
+    BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| TokenizerError::Build(e.to_string()))
 }
 
 /// Control tokens become special added tokens (matched whole in text, skipped on

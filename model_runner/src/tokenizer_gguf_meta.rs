@@ -11,10 +11,7 @@ use super::TokenizerError;
 type Metadata = HashMap<String, Value>;
 
 fn malformed(key: &str, want: &str, got: &Value) -> TokenizerError {
-    TokenizerError::MissingMetadata(format!(
-        "{key}: expected {want}, found {:?}",
-        got.value_type()
-    ))
+    TokenizerError::MissingMetadata(format!("{key}: expected {want}, found {:?}", got.value_type()))
 }
 
 /// Any integer variant as i64: writers differ in which width they use for ids and types.
@@ -56,10 +53,7 @@ fn array<'a>(md: &'a Metadata, key: &str) -> Result<Option<&'a [Value]>, Tokeniz
     }
 }
 
-pub(super) fn string_array(
-    md: &Metadata,
-    key: &str,
-) -> Result<Option<Vec<String>>, TokenizerError> {
+pub(super) fn string_array(md: &Metadata, key: &str) -> Result<Option<Vec<String>>, TokenizerError> {
     let Some(items) = array(md, key)? else {
         return Ok(None);
     };
@@ -79,22 +73,14 @@ pub(super) fn i32_array(md: &Metadata, key: &str) -> Result<Option<Vec<i32>>, To
     };
     items
         .iter()
-        .map(|v| {
-            as_i64(v)
-                .and_then(|x| i32::try_from(x).ok())
-                .ok_or_else(|| malformed(key, "array of i32", v))
-        })
+        .map(|v| as_i64(v).and_then(|x| i32::try_from(x).ok()).ok_or_else(|| malformed(key, "array of i32", v)))
         .collect::<Result<Vec<_>, _>>()
         .map(Some)
 }
 
 /// A token id key, checked against the vocabulary size. Negative ids mean "none" in some
 /// converters (llama.cpp writes -1 for unset special tokens in older files).
-pub(super) fn token_id(
-    md: &Metadata,
-    key: &str,
-    vocab: usize,
-) -> Result<Option<u32>, TokenizerError> {
+pub(super) fn token_id(md: &Metadata, key: &str, vocab: usize) -> Result<Option<u32>, TokenizerError> {
     let Some(v) = md.get(key) else {
         return Ok(None);
     };

@@ -15,7 +15,8 @@ use super::TokenizerError;
 
 /// Qwen2/2.5/3 split regex (HF tokenizer.json of Qwen2.5; llama.cpp `LLAMA_VOCAB_PRE_TYPE_QWEN2`).
 /// Like GPT-4's cl100k but numbers are split into single digits (`\p{N}`).
-pub const QWEN2_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+pub const QWEN2_SPLIT_REGEX: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Llama 3 split regex (`llama-bpe`): as Qwen2's but numbers are grouped in runs of 1-3 digits.
 pub const LLAMA3_SPLIT_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -50,15 +51,7 @@ pub(super) fn pipeline_for(
 /// Regex split (matches kept as their own pieces) followed by a byte-level mapping that does
 /// no further splitting.
 fn split_then_bytes(regex: &str) -> Result<PreTokenizerWrapper, TokenizerError> {
-    let split = Split::new(
-        SplitPattern::Regex(regex.to_string()),
-        SplitDelimiterBehavior::Isolated,
-        false,
-    )
-    .map_err(|e| TokenizerError::Build(format!("pre-tokenizer regex: {e}")))?;
-    Ok(Sequence::new(vec![
-        split.into(),
-        ByteLevel::new(false, false, false).into(),
-    ])
-    .into())
+    let split = Split::new(SplitPattern::Regex(regex.to_string()), SplitDelimiterBehavior::Isolated, false)
+        .map_err(|e| TokenizerError::Build(format!("pre-tokenizer regex: {e}")))?;
+    Ok(Sequence::new(vec![split.into(), ByteLevel::new(false, false, false).into()]).into())
 }

@@ -6,10 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// `strftime_now(fmt)`: current time (UTC; HF uses local time, which on a server is usually UTC)
 /// formatted with the common C `strftime` specifiers. Unknown specifiers are copied verbatim.
 pub(super) fn strftime_now(fmt: String) -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
     strftime(&fmt, secs)
 }
 
@@ -27,15 +24,7 @@ const MONTHS: [&str; 12] = [
     "November",
     "December",
 ];
-const WEEKDAYS: [&str; 7] = [
-    "Monday",
-    "Tuesday",
-    "Wednesday",
-    "Thursday",
-    "Friday",
-    "Saturday",
-    "Sunday",
-];
+const WEEKDAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
 
 /// Formats a unix timestamp (UTC); separate from the clock so it can be tested.
 pub(super) fn strftime(fmt: &str, unix_secs: i64) -> String {
@@ -101,26 +90,11 @@ mod tests {
     fn strftime_matches_python() {
         let fmt = "%Y-%m-%d %H:%M:%S|%y %j %a %A %b %B %I %p %e %%|%d %b %Y";
         let cases = [
-            (
-                0,
-                "1970-01-01 00:00:00|70 001 Thu Thursday Jan January 12 AM  1 %|01 Jan 1970",
-            ),
-            (
-                1_709_210_096,
-                "2024-02-29 12:34:56|24 060 Thu Thursday Feb February 12 PM 29 %|29 Feb 2024",
-            ),
-            (
-                951_782_400,
-                "2000-02-29 00:00:00|00 060 Tue Tuesday Feb February 12 AM 29 %|29 Feb 2000",
-            ),
-            (
-                -86_400,
-                "1969-12-31 00:00:00|69 365 Wed Wednesday Dec December 12 AM 31 %|31 Dec 1969",
-            ),
-            (
-                4_102_444_799,
-                "2099-12-31 23:59:59|99 365 Thu Thursday Dec December 11 PM 31 %|31 Dec 2099",
-            ),
+            (0, "1970-01-01 00:00:00|70 001 Thu Thursday Jan January 12 AM  1 %|01 Jan 1970"),
+            (1_709_210_096, "2024-02-29 12:34:56|24 060 Thu Thursday Feb February 12 PM 29 %|29 Feb 2024"),
+            (951_782_400, "2000-02-29 00:00:00|00 060 Tue Tuesday Feb February 12 AM 29 %|29 Feb 2000"),
+            (-86_400, "1969-12-31 00:00:00|69 365 Wed Wednesday Dec December 12 AM 31 %|31 Dec 1969"),
+            (4_102_444_799, "2099-12-31 23:59:59|99 365 Thu Thursday Dec December 11 PM 31 %|31 Dec 2099"),
         ];
         for (t, want) in cases {
             assert_eq!(strftime(fmt, t), want, "t = {t}");

@@ -27,24 +27,13 @@ pub(super) fn tojson(value: Value, indent: Option<Value>, kwargs: Kwargs) -> Res
     let sort_keys = kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false);
     let separators = match kwargs.get::<Option<Vec<String>>>("separators")? {
         Some(s) if s.len() == 2 => (s[0].clone(), s[1].clone()),
-        Some(_) => {
-            return Err(Error::new(
-                ErrorKind::InvalidOperation,
-                "separators must be a pair",
-            ))
-        }
+        Some(_) => return Err(Error::new(ErrorKind::InvalidOperation, "separators must be a pair")),
         // Python's defaults: no trailing space after ',' when indenting.
         None if indent.is_some() => (",".to_string(), ": ".to_string()),
         None => (", ".to_string(), ": ".to_string()),
     };
     kwargs.assert_all_used()?;
-    let opts = JsonOpts {
-        indent,
-        ensure_ascii,
-        sort_keys,
-        item_sep: separators.0,
-        key_sep: separators.1,
-    };
+    let opts = JsonOpts { indent, ensure_ascii, sort_keys, item_sep: separators.0, key_sep: separators.1 };
     let mut out = String::new();
     write_json(&mut out, &value, &opts, 0)?;
     Ok(Value::from_safe_string(out))
@@ -72,16 +61,8 @@ fn write_json(out: &mut String, v: &Value, o: &JsonOpts, depth: usize) -> Result
             if o.sort_keys {
                 keys.sort_by_key(|k| k.to_string());
             }
-            let items = keys
-                .into_iter()
-                .map(|k| Ok((Some(k.clone()), v.get_item(&k)?)));
-            write_container(
-                out,
-                ('{', '}'),
-                items.collect::<Result<Vec<_>, Error>>()?,
-                o,
-                depth,
-            )?;
+            let items = keys.into_iter().map(|k| Ok((Some(k.clone()), v.get_item(&k)?)));
+            write_container(out, ('{', '}'), items.collect::<Result<Vec<_>, Error>>()?, o, depth)?;
         }
         _ => {
             let items = v.try_iter()?.map(|x| (None, x)).collect();
@@ -151,11 +132,7 @@ fn py_float(x: f64) -> String {
         return "NaN".into();
     }
     if x.is_infinite() {
-        return if x > 0.0 {
-            "Infinity".into()
-        } else {
-            "-Infinity".into()
-        };
+        return if x > 0.0 { "Infinity".into() } else { "-Infinity".into() };
     }
     let s = format!("{x:?}");
     match s.split_once('e') {
@@ -172,10 +149,7 @@ mod tests {
     /// Python: `json.dumps([1e16, 1e-5, 0.1, 1.0, 123456789.125])`.
     #[test]
     fn floats_match_python_repr() {
-        let got: Vec<String> = [1e16, 1e-5, 0.1, 1.0, 123456789.125]
-            .iter()
-            .map(|&x| py_float(x))
-            .collect();
+        let got: Vec<String> = [1e16, 1e-5, 0.1, 1.0, 123456789.125].iter().map(|&x| py_float(x)).collect();
         assert_eq!(got, ["1e+16", "1e-05", "0.1", "1.0", "123456789.125"]);
     }
 }

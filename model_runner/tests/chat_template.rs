@@ -7,17 +7,11 @@ use entrobatch_model_runner::chat_template::{ChatMessage, ChatTemplate, CHATML_T
 use entrobatch_model_runner::tokenizer::TokenizerError;
 
 fn msgs(pairs: &[(&str, &str)]) -> Vec<ChatMessage> {
-    pairs
-        .iter()
-        .map(|(r, c)| ChatMessage::new(*r, *c))
-        .collect()
+    pairs.iter().map(|(r, c)| ChatMessage::new(*r, *c)).collect()
 }
 
 fn render(template: &str, messages: &[ChatMessage]) -> String {
-    ChatTemplate::new(template, None, None)
-        .unwrap()
-        .apply(messages, true, None)
-        .unwrap()
+    ChatTemplate::new(template, None, None).unwrap().apply(messages, true, None).unwrap()
 }
 
 #[test]
@@ -43,7 +37,8 @@ fn smollm2_template_inserts_default_system_prompt() {
     };
     let tpl = ChatTemplate::for_tokenizer(&tok).unwrap();
     let got = tpl.apply(&msgs(&[("user", "Hi")]), true, None).unwrap();
-    let expected = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\
+    let expected =
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\
                     <|im_start|>user\nHi<|im_end|>\n\
                     <|im_start|>assistant\n";
     assert_eq!(got, expected);
@@ -61,30 +56,21 @@ fn qwen25_coder_template_when_present() {
         return;
     };
     let tpl = ChatTemplate::for_tokenizer(&tok).unwrap();
-    const DEFAULT_SYS: &str = "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n";
+    const DEFAULT_SYS: &str =
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n";
     // Qwen2.5's template supplies its own default system prompt.
     assert_eq!(
         tpl.apply(&msgs(&[("user", "Hi")]), true, None).unwrap(),
         format!("{DEFAULT_SYS}<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
     );
-    let multi = msgs(&[
-        ("system", "Be brief."),
-        ("user", "Hi"),
-        ("assistant", "Hello!"),
-        ("user", "Bye"),
-    ]);
+    let multi = msgs(&[("system", "Be brief."), ("user", "Hi"), ("assistant", "Hello!"), ("user", "Bye")]);
     assert_eq!(
         tpl.apply(&multi, true, None).unwrap(),
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\
          <|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"
     );
     // Consecutive tool results are merged into one user turn (loop.index0 / loop.last logic).
-    let tools = msgs(&[
-        ("user", "Q"),
-        ("assistant", "calling"),
-        ("tool", "R1"),
-        ("tool", "R2"),
-    ]);
+    let tools = msgs(&[("user", "Q"), ("assistant", "calling"), ("tool", "R1"), ("tool", "R2")]);
     assert_eq!(
         tpl.apply(&tools, true, None).unwrap(),
         format!(
@@ -113,23 +99,13 @@ fn enable_thinking_is_honoured() {
     let base = "<|im_start|>user\nWhy?<|im_end|>\n<|im_start|>assistant\n";
     assert_eq!(tpl.apply(&m, true, None).unwrap(), base);
     assert_eq!(tpl.apply(&m, true, Some(true)).unwrap(), base);
-    assert_eq!(
-        tpl.apply(&m, true, Some(false)).unwrap(),
-        format!("{base}<think>\n\n</think>\n\n")
-    );
+    assert_eq!(tpl.apply(&m, true, Some(false)).unwrap(), format!("{base}<think>\n\n</think>\n\n"));
 }
 
 #[test]
 fn chatml_fallback() {
-    let m = msgs(&[
-        ("system", "S"),
-        ("user", "U"),
-        ("assistant", "A"),
-        ("user", "V"),
-    ]);
-    let got = ChatTemplate::chatml(None, None)
-        .apply(&m, true, None)
-        .unwrap();
+    let m = msgs(&[("system", "S"), ("user", "U"), ("assistant", "A"), ("user", "V")]);
+    let got = ChatTemplate::chatml(None, None).apply(&m, true, None).unwrap();
     assert_eq!(
         got,
         "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n\
@@ -146,43 +122,20 @@ fn raise_exception_is_an_error() {
         None,
     )
     .unwrap();
-    assert_eq!(
-        tpl.apply(&msgs(&[("user", "x")]), true, None).unwrap(),
-        "ok"
-    );
-    let err = tpl
-        .apply(&msgs(&[("assistant", "x")]), true, None)
-        .unwrap_err();
-    assert!(
-        matches!(&err, TokenizerError::Encode(m) if m.contains("first must be user")),
-        "{err}"
-    );
+    assert_eq!(tpl.apply(&msgs(&[("user", "x")]), true, None).unwrap(), "ok");
+    let err = tpl.apply(&msgs(&[("assistant", "x")]), true, None).unwrap_err();
+    assert!(matches!(&err, TokenizerError::Encode(m) if m.contains("first must be user")), "{err}");
 }
 
 #[test]
 fn tojson_matches_python_json_dumps() {
     // Expected strings from Python: json.dumps(x, ensure_ascii=False) and json.dumps(x, indent=2).
     let m = msgs(&[("user", "é<>&'\"\n")]);
-    let got = render(
-        r#"{{ {"b": 1, "a": [1, 2.5, none, true], "s": messages[0].content} | tojson }}"#,
-        &m,
-    );
-    assert_eq!(
-        got,
-        r#"{"b": 1, "a": [1, 2.5, null, true], "s": "é<>&'\"\n"}"#
-    );
-    let got = render(
-        r#"{{ {"b": 1, "a": [1, {}], "c": []} | tojson(indent=2) }}"#,
-        &m,
-    );
-    assert_eq!(
-        got,
-        "{\n  \"b\": 1,\n  \"a\": [\n    1,\n    {}\n  ],\n  \"c\": []\n}"
-    );
-    assert_eq!(
-        render("{{ messages[0] | tojson }}", &m),
-        r#"{"role": "user", "content": "é<>&'\"\n"}"#
-    );
+    let got = render(r#"{{ {"b": 1, "a": [1, 2.5, none, true], "s": messages[0].content} | tojson }}"#, &m);
+    assert_eq!(got, r#"{"b": 1, "a": [1, 2.5, null, true], "s": "é<>&'\"\n"}"#);
+    let got = render(r#"{{ {"b": 1, "a": [1, {}], "c": []} | tojson(indent=2) }}"#, &m);
+    assert_eq!(got, "{\n  \"b\": 1,\n  \"a\": [\n    1,\n    {}\n  ],\n  \"c\": []\n}");
+    assert_eq!(render("{{ messages[0] | tojson }}", &m), r#"{"role": "user", "content": "é<>&'\"\n"}"#);
 }
 
 #[test]
@@ -207,10 +160,7 @@ fn bos_eos_and_undefined_tools() {
         Some("</s>".into()),
     )
     .unwrap();
-    assert_eq!(
-        tpl.apply(&msgs(&[("user", "hi")]), false, None).unwrap(),
-        "<s>hi</s>"
-    );
+    assert_eq!(tpl.apply(&msgs(&[("user", "hi")]), false, None).unwrap(), "<s>hi</s>");
 }
 
 #[test]
@@ -258,10 +208,7 @@ fn assert_qwen_tool_rendering(got: &str) {
     // key order follows serde_json's map (sorted without its `preserve_order` feature).
     let start = got.find("<tools>\n").expect("tools section") + "<tools>\n".len();
     let end = got.find("\n</tools>").expect("tools section end");
-    let listed: Vec<serde_json::Value> = got[start..end]
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let listed: Vec<serde_json::Value> = got[start..end].lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(listed, vec![weather_tool()]);
     assert!(
         got.starts_with(
@@ -286,9 +233,7 @@ fn qwen25_template_renders_tools_calls_and_results() {
     let tpl = ChatTemplate::new(QWEN25_TEMPLATE, None, Some("<|im_end|>".into())).unwrap();
     assert!(tpl.supports_tools());
     let tools = [weather_tool()];
-    let got = tpl
-        .apply_with_tools(&tool_conversation(), true, None, Some(&tools))
-        .unwrap();
+    let got = tpl.apply_with_tools(&tool_conversation(), true, None, Some(&tools)).unwrap();
     assert_qwen_tool_rendering(&got);
 
     // Arguments already given as an object render the same.
@@ -297,21 +242,13 @@ fn qwen25_template_renders_tools_calls_and_results() {
         "id": "call_1", "type": "function",
         "function": {"name": "get_weather", "arguments": {"city": "Paris"}}
     })]);
-    assert_eq!(
-        tpl.apply_with_tools(&conv, true, None, Some(&tools))
-            .unwrap(),
-        got
-    );
+    assert_eq!(tpl.apply_with_tools(&conv, true, None, Some(&tools)).unwrap(), got);
 
     // Without tools the template takes its plain branch; `apply` is `apply_with_tools(None)`.
     let plain = tpl.apply(&tool_conversation(), true, None).unwrap();
     assert!(!plain.contains("# Tools"), "{plain}");
     assert!(plain.contains("<tool_call>\n{\"name\": \"get_weather\""));
-    assert_eq!(
-        plain,
-        tpl.apply_with_tools(&tool_conversation(), true, None, None)
-            .unwrap()
-    );
+    assert_eq!(plain, tpl.apply_with_tools(&tool_conversation(), true, None, None).unwrap());
 }
 
 /// The GGUF's own template (Qwen2.5-Coder ships the same tool section) renders tools alike.
@@ -322,26 +259,18 @@ fn qwen25_coder_gguf_template_renders_tools() {
     };
     let tpl = ChatTemplate::for_tokenizer(&tok).unwrap();
     assert!(tpl.supports_tools());
-    let got = tpl
-        .apply_with_tools(&tool_conversation(), true, None, Some(&[weather_tool()]))
-        .unwrap();
+    let got = tpl.apply_with_tools(&tool_conversation(), true, None, Some(&[weather_tool()])).unwrap();
     assert_qwen_tool_rendering(&got);
 }
 
 #[test]
 fn supports_tools_only_for_templates_that_read_them() {
     assert!(!ChatTemplate::chatml(None, None).supports_tools());
-    assert!(ChatTemplate::new("{% if tools %}T{% endif %}", None, None)
+    assert!(ChatTemplate::new("{% if tools %}T{% endif %}", None, None).unwrap().supports_tools());
+    // `tools` as a loop variable is not the context's `tools`.
+    assert!(!ChatTemplate::new("{% for tools in messages %}{{ tools.role }}{% endfor %}", None, None)
         .unwrap()
         .supports_tools());
-    // `tools` as a loop variable is not the context's `tools`.
-    assert!(!ChatTemplate::new(
-        "{% for tools in messages %}{{ tools.role }}{% endfor %}",
-        None,
-        None
-    )
-    .unwrap()
-    .supports_tools());
     if let Some(tok) = load_tokenizer(SMOLLM2) {
         assert!(!ChatTemplate::for_tokenizer(&tok).unwrap().supports_tools());
     }
@@ -352,16 +281,7 @@ fn absent_optional_fields_are_not_template_variables() {
     // HF templates branch on `message.tool_calls is defined` / truthiness: a plain message must
     // not carry the optional keys at all.
     let m = vec![ChatMessage::new("user", "hi")];
-    assert_eq!(
-        render("{{ messages[0] | tojson }}", &m),
-        r#"{"role": "user", "content": "hi"}"#
-    );
+    assert_eq!(render("{{ messages[0] | tojson }}", &m), r#"{"role": "user", "content": "hi"}"#);
     let t = vec![ChatMessage::tool_result("call_9", "42")];
-    assert_eq!(
-        render(
-            "{{ messages[0].tool_call_id }}|{{ messages[0].name is defined }}",
-            &t
-        ),
-        "call_9|False"
-    );
+    assert_eq!(render("{{ messages[0].tool_call_id }}|{{ messages[0].name is defined }}", &t), "call_9|False");
 }

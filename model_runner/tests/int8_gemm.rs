@@ -15,7 +15,11 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
             s ^= s >> 7;
             s ^= s << 17;
             let v = (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
-            if i % 97 == 5 { v * 20.0 } else { v }
+            if i % 97 == 5 {
+                v * 20.0
+            } else {
+                v
+            }
         })
         .collect()
 }

@@ -17,10 +17,8 @@ struct TempGguf(PathBuf);
 
 impl TempGguf {
     fn write(name: &str, spec: &TinyModelSpec) -> Self {
-        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "entrobatch-tiny-{}-{name}.gguf",
-            std::process::id()
-        ));
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("entrobatch-tiny-{}-{name}.gguf", std::process::id()));
         write_tiny_gguf(&path, spec).unwrap();
         Self(path)
     }
@@ -42,21 +40,18 @@ impl Reference {
         let mut f = std::fs::File::open(path).unwrap();
         let content = Content::read(&mut f).unwrap();
         match arch {
-            TinyArch::Llama => Self::Llama(
-                quantized_llama::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap(),
-            ),
-            TinyArch::Qwen2 => Self::Qwen2(
-                quantized_qwen2::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap(),
-            ),
+            TinyArch::Llama => {
+                Self::Llama(quantized_llama::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap())
+            }
+            TinyArch::Qwen2 => {
+                Self::Qwen2(quantized_qwen2::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap())
+            }
         }
     }
 
     /// Logits of the last position, as a Vec.
     fn forward(&mut self, ids: &[u32], pos: usize) -> Vec<f32> {
-        let x = Tensor::new(ids, &Device::Cpu)
-            .unwrap()
-            .unsqueeze(0)
-            .unwrap();
+        let x = Tensor::new(ids, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
         let logits = match self {
             Self::Llama(m) => m.forward(&x, pos),
             Self::Qwen2(m) => m.forward(&x, pos),
@@ -66,30 +61,19 @@ impl Reference {
 }
 
 fn argmax(v: &[f32]) -> u32 {
-    v.iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(i, _)| i as u32)
-        .unwrap()
+    v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|(i, _)| i as u32).unwrap()
 }
 
 fn check_reference_forward(name: &str, spec: TinyModelSpec) {
     let file = TempGguf::write(name, &spec);
     let tok = GgufTokenizer::from_gguf(&common::read_content(&file.0)).unwrap();
-    let prompt = tok
-        .encode("<|im_start|>user\nHello world, the cat<|im_end|>\n", false)
-        .unwrap();
+    let prompt = tok.encode("<|im_start|>user\nHello world, the cat<|im_end|>\n", false).unwrap();
     let mut model = Reference::load(&file.0, spec.arch);
 
     let logits = model.forward(&prompt, 0);
     assert_eq!(logits.len(), TINY_VOCAB_SIZE);
-    assert!(
-        logits.iter().all(|x| x.is_finite()),
-        "{name}: non-finite logits"
-    );
-    let (lo, hi) = logits
-        .iter()
-        .fold((f32::MAX, f32::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+    assert!(logits.iter().all(|x| x.is_finite()), "{name}: non-finite logits");
+    let (lo, hi) = logits.iter().fold((f32::MAX, f32::MIN), |(a, b), &x| (a.min(x), b.max(x)));
     assert!(hi - lo > 1.0, "{name}: logits nearly flat ({lo}..{hi})");
 
     let mut generated = vec![argmax(&logits)];
@@ -97,10 +81,7 @@ fn check_reference_forward(name: &str, spec: TinyModelSpec) {
     while generated.len() < 16 {
         let last = *generated.last().unwrap();
         let logits = model.forward(&[last], pos);
-        assert!(
-            logits.iter().all(|x| x.is_finite()),
-            "{name}: non-finite logits at {pos}"
-        );
+        assert!(logits.iter().all(|x| x.is_finite()), "{name}: non-finite logits at {pos}");
         generated.push(argmax(&logits));
         pos += 1;
     }
@@ -108,10 +89,7 @@ fn check_reference_forward(name: &str, spec: TinyModelSpec) {
     distinct.sort();
     distinct.dedup();
     eprintln!("{name}: greedy ids {generated:?}");
-    assert!(
-        distinct.len() >= 2,
-        "{name}: greedy decoding is stuck on one token: {generated:?}"
-    );
+    assert!(distinct.len() >= 2, "{name}: greedy decoding is stuck on one token: {generated:?}");
 }
 
 #[test]
@@ -121,14 +99,7 @@ fn llama_q8_0_runs_in_candle_reference() {
 
 #[test]
 fn llama_q4_1_runs_in_candle_reference() {
-    check_reference_forward(
-        "llama-q41",
-        TinyModelSpec {
-            dtype: GgmlDType::Q4_1,
-            seed: 7,
-            ..TinyModelSpec::llama()
-        },
-    );
+    check_reference_forward("llama-q41", TinyModelSpec { dtype: GgmlDType::Q4_1, seed: 7, ..TinyModelSpec::llama() });
 }
 
 #[test]
@@ -138,14 +109,7 @@ fn qwen2_q8_0_runs_in_candle_reference() {
 
 #[test]
 fn qwen2_q4_1_runs_in_candle_reference() {
-    check_reference_forward(
-        "qwen2-q41",
-        TinyModelSpec {
-            dtype: GgmlDType::Q4_1,
-            seed: 3,
-            ..TinyModelSpec::qwen2()
-        },
-    );
+    check_reference_forward("qwen2-q41", TinyModelSpec { dtype: GgmlDType::Q4_1, seed: 3, ..TinyModelSpec::qwen2() });
 }
 
 #[test]
@@ -155,10 +119,7 @@ fn metadata_and_tensor_layout() {
         let file = TempGguf::write(&format!("layout-{arch}"), &spec);
         let c = common::read_content(&file.0);
         let u32_of = |k: &str| c.metadata[k].to_u32().unwrap();
-        assert_eq!(
-            c.metadata["general.architecture"].to_string().unwrap(),
-            arch
-        );
+        assert_eq!(c.metadata["general.architecture"].to_string().unwrap(), arch);
         assert_eq!(u32_of(&format!("{arch}.attention.head_count")), 4);
         assert_eq!(u32_of(&format!("{arch}.attention.head_count_kv")), 2);
         assert_eq!(u32_of(&format!("{arch}.block_count")), 2);
@@ -166,24 +127,11 @@ fn metadata_and_tensor_layout() {
         assert_eq!(u32_of(&format!("{arch}.feed_forward_length")), 128);
         assert_eq!(u32_of(&format!("{arch}.context_length")), 512);
         assert!(c.metadata.contains_key(&format!("{arch}.rope.freq_base")));
-        assert!(c
-            .metadata
-            .contains_key(&format!("{arch}.attention.layer_norm_rms_epsilon")));
-        assert_eq!(
-            c.metadata
-                .contains_key(&format!("{arch}.rope.dimension_count")),
-            spec.arch == TinyArch::Llama
-        );
+        assert!(c.metadata.contains_key(&format!("{arch}.attention.layer_norm_rms_epsilon")));
+        assert_eq!(c.metadata.contains_key(&format!("{arch}.rope.dimension_count")), spec.arch == TinyArch::Llama);
 
-        let info = |n: &str| {
-            c.tensor_infos
-                .get(n)
-                .unwrap_or_else(|| panic!("{arch}: missing {n}"))
-        };
-        assert_eq!(
-            info("token_embd.weight").shape.dims(),
-            [TINY_VOCAB_SIZE, 64]
-        );
+        let info = |n: &str| c.tensor_infos.get(n).unwrap_or_else(|| panic!("{arch}: missing {n}"));
+        assert_eq!(info("token_embd.weight").shape.dims(), [TINY_VOCAB_SIZE, 64]);
         assert_eq!(info("token_embd.weight").ggml_dtype, GgmlDType::Q8_0);
         assert_eq!(info("output.weight").shape.dims(), [TINY_VOCAB_SIZE, 64]);
         assert_eq!(info("output_norm.weight").ggml_dtype, GgmlDType::F32);
@@ -192,46 +140,30 @@ fn metadata_and_tensor_layout() {
         assert_eq!(info("blk.0.attn_k.weight").shape.dims(), [32, 64]);
         assert_eq!(info("blk.0.ffn_down.weight").shape.dims(), [64, 128]);
         assert_eq!(info("blk.0.ffn_gate.weight").ggml_dtype, GgmlDType::Q8_0);
-        let biases = [
-            "blk.0.attn_q.bias",
-            "blk.0.attn_k.bias",
-            "blk.0.attn_v.bias",
-        ];
+        let biases = ["blk.0.attn_q.bias", "blk.0.attn_k.bias", "blk.0.attn_v.bias"];
         for b in biases {
             match spec.arch {
                 TinyArch::Qwen2 => assert_eq!(info(b).ggml_dtype, GgmlDType::F32),
                 TinyArch::Llama => assert!(!c.tensor_infos.contains_key(b)),
             }
         }
-        let expected_tensors =
-            1 + 2 + spec.n_layers * if spec.arch == TinyArch::Qwen2 { 12 } else { 9 };
+        let expected_tensors = 1 + 2 + spec.n_layers * if spec.arch == TinyArch::Qwen2 { 12 } else { 9 };
         assert_eq!(c.tensor_infos.len(), expected_tensors);
     }
 }
 
 #[test]
 fn seeded_and_validated() {
-    let read =
-        |name: &str, spec: &TinyModelSpec| std::fs::read(&TempGguf::write(name, spec).0).unwrap();
+    let read = |name: &str, spec: &TinyModelSpec| std::fs::read(&TempGguf::write(name, spec).0).unwrap();
     let a = read("seed-a", &TinyModelSpec::llama());
     let b = read("seed-b", &TinyModelSpec::llama());
-    let c = read(
-        "seed-c",
-        &TinyModelSpec {
-            seed: 1,
-            ..TinyModelSpec::llama()
-        },
-    );
+    let c = read("seed-c", &TinyModelSpec { seed: 1, ..TinyModelSpec::llama() });
     assert_eq!(a, b, "same seed must give identical files");
     assert_ne!(a, c, "different seeds must give different weights");
     // Q4_K's 256-wide blocks don't divide the 64-wide rows: a clear error, not a panic.
-    let path =
-        std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("entrobatch-tiny-{}-bad.gguf", std::process::id()));
-    let bad = TinyModelSpec {
-        dtype: GgmlDType::Q4K,
-        ..TinyModelSpec::llama()
-    };
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("entrobatch-tiny-{}-bad.gguf", std::process::id()));
+    let bad = TinyModelSpec { dtype: GgmlDType::Q4K, ..TinyModelSpec::llama() };
     assert!(write_tiny_gguf(&path, &bad).is_err());
     let _ = std::fs::remove_file(&path);
 }
@@ -242,18 +174,8 @@ fn tiny_tokenizer_round_trips() {
         let arch = spec.arch;
         let file = TempGguf::write(&format!("tok-{}", arch.gguf_name()), &spec);
         let c = common::read_content(&file.0);
-        let pre = c.metadata["tokenizer.ggml.pre"]
-            .to_string()
-            .unwrap()
-            .clone();
-        assert_eq!(
-            pre,
-            if arch == TinyArch::Llama {
-                "smollm"
-            } else {
-                "qwen2"
-            }
-        );
+        let pre = c.metadata["tokenizer.ggml.pre"].to_string().unwrap().clone();
+        assert_eq!(pre, if arch == TinyArch::Llama { "smollm" } else { "qwen2" });
         let tok = GgufTokenizer::from_gguf(&c).unwrap();
         assert_eq!(tok.vocab_size, TINY_VOCAB_SIZE);
         let (im_start, im_end, eot) = (
@@ -269,43 +191,26 @@ fn tiny_tokenizer_round_trips() {
         }
         assert_eq!(
             tok.encode("Hello world", false).unwrap(),
-            vec![
-                tok.token_id("Hello").unwrap(),
-                tok.token_id("Ġworld").unwrap()
-            ],
+            vec![tok.token_id("Hello").unwrap(), tok.token_id("Ġworld").unwrap()],
             "{arch:?}"
         );
-        assert_eq!(
-            tok.encode("12345", false).unwrap().len(),
-            5,
-            "{arch:?}: digits split one by one"
-        );
+        assert_eq!(tok.encode("12345", false).unwrap().len(), 5, "{arch:?}: digits split one by one");
         for text in common::TRICKY {
             let ids = tok.encode(text, false).unwrap();
             assert!(ids.iter().all(|&i| (i as usize) < TINY_VOCAB_SIZE));
-            assert_eq!(
-                tok.decode(&ids, false).unwrap(),
-                *text,
-                "{arch:?} round trip of {text:?}"
-            );
+            assert_eq!(tok.decode(&ids, false).unwrap(), *text, "{arch:?} round trip of {text:?}");
         }
         let ids = tok.encode("<|im_start|>user\nhi<|im_end|>", false).unwrap();
         assert_eq!((ids[0], *ids.last().unwrap()), (im_start, im_end));
         assert_eq!(tok.decode(&ids, true).unwrap(), "user\nhi");
         // The padding rows exist as tokens, so any sampled id decodes.
-        assert!(tok
-            .id_to_token(TINY_VOCAB_SIZE as u32 - 1)
-            .unwrap()
-            .starts_with("[PAD"));
+        assert!(tok.id_to_token(TINY_VOCAB_SIZE as u32 - 1).unwrap().starts_with("[PAD"));
     }
 }
 
 /// Reads the tiny llama GGUF and lets the caller edit its metadata.
 fn tiny_content_with(edit: impl FnOnce(&mut std::collections::HashMap<String, Value>)) -> Content {
-    let file = TempGguf::write(
-        &format!("edit-{:?}", std::thread::current().id()),
-        &TinyModelSpec::llama(),
-    );
+    let file = TempGguf::write(&format!("edit-{:?}", std::thread::current().id()), &TinyModelSpec::llama());
     let mut c = common::read_content(&file.0);
     edit(&mut c.metadata);
     c

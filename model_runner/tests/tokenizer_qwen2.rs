@@ -6,11 +6,7 @@ use common::{load_tokenizer, QWEN25_CODER, TRICKY};
 
 /// Extra strings beyond `common::TRICKY`: Qwen2.5's user-defined tool-call tokens, the
 /// case-insensitive contractions of its regex, and a decomposed accent (NFC-normalised).
-const EXTRA: &[&str] = &[
-    "<tool_call>\n{\"name\": \"f\"}\n</tool_call>",
-    "IT'S DON'T",
-    "cafe\u{301}",
-];
+const EXTRA: &[&str] = &["<tool_call>\n{\"name\": \"f\"}\n</tool_call>", "IT'S DON'T", "cafe\u{301}"];
 
 /// Expected ids for `TRICKY` followed by `EXTRA` (add_special_tokens = false). Obtained from
 /// two references built from this GGUF's tokens/merges/token types (read with Python `gguf`
@@ -22,9 +18,7 @@ const EXPECTED_IDS: &[&[u32]] = &[
     &[16, 17, 18, 19, 20],
     &[147579],
     &[924, 58858],
-    &[
-        785, 1042, 220, 17, 15, 17, 19, 1030, 220, 18, 21, 21, 2849, 13,
-    ],
+    &[785, 1042, 220, 17, 15, 17, 19, 1030, 220, 18, 21, 21, 2849, 13],
     &[1056, 825, 198, 1056, 1378, 271, 408],
     &[58149, 84686, 49600, 197],
     &[35673, 256, 12621, 262, 1588],
@@ -32,12 +26,8 @@ const EXPECTED_IDS: &[&[u32]] = &[
     &[104811, 81705, 3837, 30844, 27442, 1773],
     &[151644, 872, 198, 13048, 1052, 0, 151645, 198],
     &[220, 6388, 323, 27748, 256],
-    &[
-        40, 2776, 2704, 432, 594, 220, 18, 13, 16, 19, 11, 4436, 944, 432, 30,
-    ],
-    &[
-        3376, 37572, 586, 94872, 1021, 1959, 1036, 53282, 854, 11162, 99, 222, 145836,
-    ],
+    &[40, 2776, 2704, 432, 594, 220, 18, 13, 16, 19, 11, 4436, 944, 432, 30],
+    &[3376, 37572, 586, 94872, 1021, 1959, 1036, 53282, 854, 11162, 99, 222, 145836],
     &[8822, 1887, 368, 341, 262, 13751, 17223, 6023, 797, 532],
     &[871],
     &[151657, 198, 4913, 606, 788, 330, 69, 16707, 151658],
@@ -74,11 +64,7 @@ fn ids_match_reference() {
     assert_eq!(texts.len(), EXPECTED_IDS.len());
     for (text, want) in texts.iter().zip(EXPECTED_IDS) {
         assert_eq!(tok.encode(text, false).unwrap(), *want, "ids of {text:?}");
-        assert_eq!(
-            tok.encode(text, true).unwrap(),
-            *want,
-            "no BOS for qwen2: {text:?}"
-        );
+        assert_eq!(tok.encode(text, true).unwrap(), *want, "no BOS for qwen2: {text:?}");
     }
 }
 
@@ -89,21 +75,9 @@ fn round_trips_and_skip_special() {
     };
     for text in TRICKY.iter().chain(&EXTRA[..2]) {
         let ids = tok.encode(text, false).unwrap();
-        assert_eq!(
-            tok.decode(&ids, false).unwrap(),
-            *text,
-            "round trip of {text:?}"
-        );
+        assert_eq!(tok.decode(&ids, false).unwrap(), *text, "round trip of {text:?}");
     }
-    let ids = tok
-        .encode(
-            "<|im_start|>assistant\n<tool_call>\n{}\n</tool_call><|im_end|>",
-            false,
-        )
-        .unwrap();
+    let ids = tok.encode("<|im_start|>assistant\n<tool_call>\n{}\n</tool_call><|im_end|>", false).unwrap();
     // Control tokens are dropped, user-defined tool-call markers kept (as HF does).
-    assert_eq!(
-        tok.decode(&ids, true).unwrap(),
-        "assistant\n<tool_call>\n{}\n</tool_call>"
-    );
+    assert_eq!(tok.decode(&ids, true).unwrap(), "assistant\n<tool_call>\n{}\n</tool_call>");
 }

@@ -15,29 +15,17 @@ const EXPECTED_IDS: &[&[u32]] = &[
     &[33, 34, 35, 36, 37],
     &[10813, 116, 218],
     &[83, 1939, 2756],
-    &[
-        504, 713, 216, 34, 32, 34, 36, 761, 216, 35, 38, 38, 2009, 30,
-    ],
+    &[504, 713, 216, 34, 32, 34, 36, 761, 216, 35, 38, 38, 2009, 30],
     &[1311, 582, 198, 1311, 827, 198, 198, 486],
     &[197, 15999, 197, 19509, 483, 197],
     &[30404, 256, 5600, 333, 1535],
-    &[
-        23274, 115, 40993, 179, 120, 248, 26453, 11100, 224, 10391, 251, 10391, 134, 11100, 226,
-    ],
-    &[
-        28589, 29184, 43222, 229, 16313, 239, 12831, 46781, 44083, 19076,
-    ],
+    &[23274, 115, 40993, 179, 120, 248, 26453, 11100, 224, 10391, 251, 10391, 134, 11100, 226],
+    &[28589, 29184, 43222, 229, 16313, 239, 12831, 46781, 44083, 19076],
     &[1, 4093, 198, 26843, 665, 17, 2, 198],
     &[216, 2899, 284, 35079, 256],
-    &[
-        57, 5248, 2090, 357, 506, 216, 35, 30, 33, 36, 28, 3247, 982, 357, 47,
-    ],
-    &[
-        3546, 46494, 40852, 1841, 619, 385, 2346, 573, 15107, 116, 218, 10813, 244, 218,
-    ],
-    &[
-        7853, 1085, 1000, 1662, 472, 1628, 34115, 17, 1470, 6004, 21646, 198, 109, 198,
-    ],
+    &[57, 5248, 2090, 357, 506, 216, 35, 30, 33, 36, 28, 3247, 982, 357, 47],
+    &[3546, 46494, 40852, 1841, 619, 385, 2346, 573, 15107, 116, 218, 10813, 244, 218],
+    &[7853, 1085, 1000, 1662, 472, 1628, 34115, 17, 1470, 6004, 21646, 198, 109, 198],
     &[18682],
 ];
 
@@ -47,11 +35,7 @@ fn metadata_and_special_ids() {
         return;
     };
     assert_eq!(tok.vocab_size, 49152);
-    assert_eq!(
-        tok.tokenizer.get_vocab_size(true),
-        49152,
-        "added tokens must reuse vocab ids"
-    );
+    assert_eq!(tok.tokenizer.get_vocab_size(true), 49152, "added tokens must reuse vocab ids");
     assert_eq!(tok.token_id("<|endoftext|>"), Some(0));
     assert_eq!(tok.token_id("<|im_start|>"), Some(1));
     assert_eq!(tok.token_id("<|im_end|>"), Some(2));
@@ -59,10 +43,7 @@ fn metadata_and_special_ids() {
     assert_eq!(tok.bos_token_id, Some(1));
     assert!(!tok.add_bos_token);
     assert_eq!(tok.eos_token_ids, vec![2, 0]);
-    assert!(tok
-        .chat_template
-        .as_deref()
-        .is_some_and(|t| t.contains("<|im_start|>")));
+    assert!(tok.chat_template.as_deref().is_some_and(|t| t.contains("<|im_start|>")));
     // Ids 0..=16 are control tokens (<|endoftext|> .. <empty_output>), the rest normal.
     assert!((0..17).all(|id| tok.is_special(id)));
     assert!(!tok.is_special(17) && !tok.is_special(905));
@@ -80,11 +61,7 @@ fn ids_match_reference() {
     for (text, want) in TRICKY.iter().zip(EXPECTED_IDS) {
         assert_eq!(tok.encode(text, false).unwrap(), *want, "ids of {text:?}");
         // No BOS for this model even when special tokens are requested.
-        assert_eq!(
-            tok.encode(text, true).unwrap(),
-            *want,
-            "ids of {text:?} (add_special_tokens)"
-        );
+        assert_eq!(tok.encode(text, true).unwrap(), *want, "ids of {text:?} (add_special_tokens)");
     }
 }
 
@@ -94,13 +71,7 @@ fn hello_world_and_digits() {
         return;
     };
     let ids = tok.encode("Hello world", false).unwrap();
-    assert_eq!(
-        ids,
-        vec![
-            tok.token_id("Hello").unwrap(),
-            tok.token_id("Ġworld").unwrap()
-        ]
-    );
+    assert_eq!(ids, vec![tok.token_id("Hello").unwrap(), tok.token_id("Ġworld").unwrap()]);
     let digits = tok.encode("12345", false).unwrap();
     assert_eq!(digits.len(), 5);
     for (id, d) in digits.iter().zip("12345".chars()) {
@@ -115,11 +86,7 @@ fn round_trips() {
     };
     for text in TRICKY {
         let ids = tok.encode(text, false).unwrap();
-        assert_eq!(
-            tok.decode(&ids, false).unwrap(),
-            *text,
-            "round trip of {text:?}"
-        );
+        assert_eq!(tok.decode(&ids, false).unwrap(), *text, "round trip of {text:?}");
     }
     // Byte-level: an emoji is split into byte tokens, none of which decodes alone.
     let crab = tok.encode("🦀", false).unwrap();
@@ -153,20 +120,12 @@ fn specials_in_text_and_skip_on_decode() {
     let Some(tok) = load_tokenizer(SMOLLM2) else {
         return;
     };
-    let ids = tok
-        .encode("<|im_start|>assistant\nHi<|im_end|>", false)
-        .unwrap();
+    let ids = tok.encode("<|im_start|>assistant\nHi<|im_end|>", false).unwrap();
     assert_eq!(ids.first(), Some(&1));
     assert_eq!(ids.last(), Some(&2));
     assert_eq!(tok.decode(&ids, true).unwrap(), "assistant\nHi");
-    assert_eq!(
-        tok.decode(&ids, false).unwrap(),
-        "<|im_start|>assistant\nHi<|im_end|>"
-    );
+    assert_eq!(tok.decode(&ids, false).unwrap(), "<|im_start|>assistant\nHi<|im_end|>");
     // A special token's text glued to words still matches as a unit.
     let glued = tok.encode("x<|endoftext|>y", false).unwrap();
-    assert_eq!(
-        glued,
-        vec![tok.token_id("x").unwrap(), 0, tok.token_id("y").unwrap()]
-    );
+    assert_eq!(glued, vec![tok.token_id("x").unwrap(), 0, tok.token_id("y").unwrap()]);
 }

@@ -27,15 +27,8 @@ fn with_pre(pre: &str) -> Result<GgufTokenizer, TokenizerError> {
 
 fn pieces(tok: &GgufTokenizer, text: &str) -> Vec<String> {
     let mut pts = PreTokenizedString::from(text);
-    tok.tokenizer
-        .get_pre_tokenizer()
-        .unwrap()
-        .pre_tokenize(&mut pts)
-        .unwrap();
-    pts.get_splits(OffsetReferential::Original, OffsetType::Byte)
-        .into_iter()
-        .map(|(s, _, _)| s.to_string())
-        .collect()
+    tok.tokenizer.get_pre_tokenizer().unwrap().pre_tokenize(&mut pts).unwrap();
+    pts.get_splits(OffsetReferential::Original, OffsetType::Byte).into_iter().map(|(s, _, _)| s.to_string()).collect()
 }
 
 const PRE_INPUT: &str = "Hello  world!\n\n  x = 12345;\tIT'S ok 🦀";
@@ -93,44 +86,9 @@ const EXPECTED_PIECES: &[(&str, &[&str])] = &[
     ),
     (
         "llama-bpe",
-        &[
-            "Hello",
-            "Ġ",
-            "Ġworld",
-            "!ĊĊ",
-            "Ġ",
-            "Ġx",
-            "Ġ=",
-            "Ġ",
-            "123",
-            "45",
-            ";",
-            "ĉIT",
-            "'S",
-            "Ġok",
-            "ĠðŁ¦Ģ",
-        ],
+        &["Hello", "Ġ", "Ġworld", "!ĊĊ", "Ġ", "Ġx", "Ġ=", "Ġ", "123", "45", ";", "ĉIT", "'S", "Ġok", "ĠðŁ¦Ģ"],
     ),
-    (
-        "default",
-        &[
-            "Hello",
-            "Ġ",
-            "Ġworld",
-            "!",
-            "ĊĊĠ",
-            "Ġx",
-            "Ġ=",
-            "Ġ12345",
-            ";",
-            "ĉ",
-            "IT",
-            "'",
-            "S",
-            "Ġok",
-            "ĠðŁ¦Ģ",
-        ],
-    ),
+    ("default", &["Hello", "Ġ", "Ġworld", "!", "ĊĊĠ", "Ġx", "Ġ=", "Ġ12345", ";", "ĉ", "IT", "'", "S", "Ġok", "ĠðŁ¦Ģ"]),
 ];
 
 #[test]
@@ -138,11 +96,7 @@ fn pre_tokenizers_match_hf() {
     for (pre, want) in EXPECTED_PIECES {
         let tok = with_pre(pre).unwrap();
         assert_eq!(pieces(&tok, PRE_INPUT), *want, "pre = {pre}");
-        assert_eq!(
-            tok.decode(&tok.encode(PRE_INPUT, false).unwrap(), false)
-                .unwrap(),
-            PRE_INPUT
-        );
+        assert_eq!(tok.decode(&tok.encode(PRE_INPUT, false).unwrap(), false).unwrap(), PRE_INPUT);
     }
     // Absent pre behaves as "default".
     let tok = GgufTokenizer::from_gguf(&content_with("pre-absent", |md| {
@@ -157,67 +111,40 @@ fn qwen2_normalizes_to_nfc() {
     let qwen = with_pre("qwen2").unwrap();
     let smol = with_pre("smollm").unwrap();
     let (composed, decomposed) = ("caf\u{e9}", "cafe\u{301}");
-    assert_eq!(
-        qwen.encode(decomposed, false).unwrap(),
-        qwen.encode(composed, false).unwrap()
-    );
-    assert_ne!(
-        smol.encode(decomposed, false).unwrap(),
-        smol.encode(composed, false).unwrap()
-    );
+    assert_eq!(qwen.encode(decomposed, false).unwrap(), qwen.encode(composed, false).unwrap());
+    assert_ne!(smol.encode(decomposed, false).unwrap(), smol.encode(composed, false).unwrap());
 }
 
 #[test]
 fn unsupported_inputs_are_clear_errors() {
     let err = with_pre("deepseek-llm-xyz").err().unwrap();
-    assert!(
-        matches!(&err, TokenizerError::Unsupported(m) if m.contains("deepseek-llm-xyz")),
-        "{err}"
-    );
+    assert!(matches!(&err, TokenizerError::Unsupported(m) if m.contains("deepseek-llm-xyz")), "{err}");
 
     let spm = content_with("spm", |md| {
         md.insert("tokenizer.ggml.model".into(), Value::String("llama".into()));
     });
     let err = GgufTokenizer::from_gguf(&spm).err().unwrap();
-    assert!(
-        matches!(&err, TokenizerError::Unsupported(m) if m.contains("SentencePiece")),
-        "{err}"
-    );
+    assert!(matches!(&err, TokenizerError::Unsupported(m) if m.contains("SentencePiece")), "{err}");
 
     let no_tokens = content_with("no-tokens", |md| {
         md.remove("tokenizer.ggml.tokens");
     });
-    assert!(matches!(
-        GgufTokenizer::from_gguf(&no_tokens),
-        Err(TokenizerError::MissingMetadata(_))
-    ));
+    assert!(matches!(GgufTokenizer::from_gguf(&no_tokens), Err(TokenizerError::MissingMetadata(_))));
 
     let bad_eos = content_with("bad-eos", |md| {
         md.insert("tokenizer.ggml.eos_token_id".into(), Value::U32(100_000));
     });
-    assert!(matches!(
-        GgufTokenizer::from_gguf(&bad_eos),
-        Err(TokenizerError::MissingMetadata(_))
-    ));
+    assert!(matches!(GgufTokenizer::from_gguf(&bad_eos), Err(TokenizerError::MissingMetadata(_))));
 
     let bad_merge = content_with("bad-merge", |md| {
-        md.insert(
-            "tokenizer.ggml.merges".into(),
-            Value::Array(vec![Value::String("nospace".into())]),
-        );
+        md.insert("tokenizer.ggml.merges".into(), Value::Array(vec![Value::String("nospace".into())]));
     });
-    assert!(matches!(
-        GgufTokenizer::from_gguf(&bad_merge),
-        Err(TokenizerError::MissingMetadata(_))
-    ));
+    assert!(matches!(GgufTokenizer::from_gguf(&bad_merge), Err(TokenizerError::MissingMetadata(_))));
 
     let wrong_type = content_with("wrong-type", |md| {
         md.insert("tokenizer.ggml.add_bos_token".into(), Value::U32(1));
     });
-    assert!(matches!(
-        GgufTokenizer::from_gguf(&wrong_type),
-        Err(TokenizerError::MissingMetadata(_))
-    ));
+    assert!(matches!(GgufTokenizer::from_gguf(&wrong_type), Err(TokenizerError::MissingMetadata(_))));
 }
 
 #[test]
@@ -225,23 +152,16 @@ fn user_defined_tokens_match_whole_but_survive_skip_special() {
     // Turn the last [PAD] filler into a user-defined token, as llama.cpp writes Qwen2.5's
     // `<tool_call>` (an HF added token with special = false).
     let c = content_with("user-defined", |md| {
-        let Value::Array(tokens) = md.get_mut("tokenizer.ggml.tokens").unwrap() else {
-            panic!()
-        };
+        let Value::Array(tokens) = md.get_mut("tokenizer.ggml.tokens").unwrap() else { panic!() };
         let last = tokens.len() - 1;
         tokens[last] = Value::String("<tool_call>".into());
-        let Value::Array(types) = md.get_mut("tokenizer.ggml.token_type").unwrap() else {
-            panic!()
-        };
+        let Value::Array(types) = md.get_mut("tokenizer.ggml.token_type").unwrap() else { panic!() };
         types[last] = Value::I32(4);
     });
     let tok = GgufTokenizer::from_gguf(&c).unwrap();
     let id = tok.token_id("<tool_call>").unwrap();
     let ids = tok.encode("a<tool_call>b", false).unwrap();
-    assert_eq!(
-        ids,
-        vec![tok.token_id("a").unwrap(), id, tok.token_id("b").unwrap()]
-    );
+    assert_eq!(ids, vec![tok.token_id("a").unwrap(), id, tok.token_id("b").unwrap()]);
     assert!(!tok.is_special(id));
     assert_eq!(tok.decode(&ids, true).unwrap(), "a<tool_call>b");
 }

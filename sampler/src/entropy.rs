@@ -52,12 +52,7 @@ fn moments(logits: &[f32]) -> Option<Moments> {
         }
     }
     let mean_shifted = weighted / z;
-    Some(Moments {
-        max,
-        z,
-        mean_shifted,
-        entropy: z.ln() - mean_shifted,
-    })
+    Some(Moments { max, z, mean_shifted, entropy: z.ln() - mean_shifted })
 }
 
 #[cfg(test)]

@@ -5,10 +5,7 @@
 pub enum SamplerError {
     /// A sampling parameter is outside its allowed range (the message names the range).
     #[error("invalid sampling parameter `{field}`: {message}")]
-    InvalidParam {
-        field: &'static str,
-        message: String,
-    },
+    InvalidParam { field: &'static str, message: String },
 
     /// The model produced NaN or ±inf; sampling from it would be meaningless.
     #[error("logits contain a non-finite value (NaN or inf) at index {index}")]
@@ -26,9 +23,6 @@ pub enum SamplerError {
 impl SamplerError {
     /// Shorthand used by `SamplingParams::validate`.
     pub(crate) fn invalid(field: &'static str, message: impl Into<String>) -> Self {
-        SamplerError::InvalidParam {
-            field,
-            message: message.into(),
-        }
+        SamplerError::InvalidParam { field, message: message.into() }
     }
 }

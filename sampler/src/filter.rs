@@ -26,12 +26,7 @@ pub struct FilterConfig {
 
 impl From<&SamplingParams> for FilterConfig {
     fn from(p: &SamplingParams) -> Self {
-        FilterConfig {
-            temperature: p.temperature,
-            top_k: p.top_k,
-            top_p: p.top_p,
-            min_p: p.min_p,
-        }
+        FilterConfig { temperature: p.temperature, top_k: p.top_k, top_p: p.top_p, min_p: p.min_p }
     }
 }
 
@@ -86,26 +81,15 @@ fn candidates(logits: &[f32], temperature: f32, min_p: f32) -> Vec<Candidate> {
         return Vec::new();
     }
     // p_i >= min_p * p_max  <=>  (l_i - max) / T >= ln(min_p): no softmax needed.
-    let floor = if min_p > 0.0 {
-        min_p.ln()
-    } else {
-        f32::NEG_INFINITY
-    };
+    let floor = if min_p > 0.0 { min_p.ln() } else { f32::NEG_INFINITY };
     logits
         .iter()
         .enumerate()
         .filter_map(|(i, &l)| {
             // The maximum scores exactly 0 even if it is +inf (an overflowed
             // penalty) or T is so small that (l - max) / T would be NaN.
-            let score = if l == max {
-                0.0
-            } else {
-                (l - max) / temperature
-            };
-            (score > f32::NEG_INFINITY && score >= floor).then(|| Candidate {
-                id: i as u32,
-                weight: score.exp(),
-            })
+            let score = if l == max { 0.0 } else { (l - max) / temperature };
+            (score > f32::NEG_INFINITY && score >= floor).then(|| Candidate { id: i as u32, weight: score.exp() })
         })
         .collect()
 }
@@ -131,12 +115,7 @@ fn draw(cands: &[Candidate], uniform: f64) -> u32 {
         }
     }
     // u * total can round up to the full sum; then the last token with mass wins.
-    cands
-        .iter()
-        .rev()
-        .find(|c| c.weight > 0.0)
-        .or(cands.last())
-        .map_or(0, |c| c.id)
+    cands.iter().rev().find(|c| c.weight > 0.0).or(cands.last()).map_or(0, |c| c.id)
 }
 
 #[cfg(test)]
@@ -161,12 +140,7 @@ mod tests {
 
     #[test]
     fn overflowed_maximum_still_wins() {
-        let cfg = FilterConfig {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-        };
+        let cfg = FilterConfig { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0 };
         assert_eq!(sample_filtered(&[1.0, f32::INFINITY, 2.0], &cfg, 0.9), 1);
         assert_eq!(sample_filtered(&[f32::NEG_INFINITY; 3], &cfg, 0.5), 0);
     }

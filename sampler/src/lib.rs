@@ -11,8 +11,8 @@
 //! 5. temperature 0: argmax; otherwise temperature -> min_p -> top_k -> top_p
 //!    -> inverse-CDF draw with `uniform(seed, step, 0)`.
 
-mod entropy;
 pub mod entropix;
+mod entropy;
 mod error;
 mod filter;
 mod logprobs;

@@ -42,10 +42,7 @@ impl Normalizer {
             return Normalizer { max, log_sum: 0.0 };
         }
         let sum: f64 = logits.iter().map(|&l| f64::from((l - max).exp())).sum();
-        Normalizer {
-            max,
-            log_sum: sum.ln() as f32,
-        }
+        Normalizer { max, log_sum: sum.ln() as f32 }
     }
 
     pub(crate) fn logprob(&self, logit: f32) -> f32 {
@@ -100,11 +97,7 @@ mod tests {
     fn log_softmax_is_stable_for_huge_logits() {
         let lp = log_softmax(&[1000.0, 1000.0]);
         // A single f32 logsumexp (1000.6931) is only good to ~6e-5 here.
-        assert!(
-            (lp[0] - (-std::f32::consts::LN_2)).abs() < 1e-6,
-            "{}",
-            lp[0]
-        );
+        assert!((lp[0] - (-std::f32::consts::LN_2)).abs() < 1e-6, "{}", lp[0]);
         assert!((logsumexp(&[1000.0, 1000.0]) - 1_000.693_1).abs() < 1e-3);
         assert_eq!(lp[0], lp[1]);
     }

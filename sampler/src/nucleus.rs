@@ -47,11 +47,7 @@ pub(crate) fn keep_nucleus(cands: &mut Vec<Candidate>, top_p: f32) {
         return;
     };
 
-    let mut boundary: Vec<Candidate> = cands
-        .iter()
-        .filter(|c| bucket(c.weight) == edge)
-        .copied()
-        .collect();
+    let mut boundary: Vec<Candidate> = cands.iter().filter(|c| bucket(c.weight) == edge).copied().collect();
     boundary.sort_unstable_by(by_rank);
     let mut acc = above;
     let mut keep = boundary.len();
@@ -71,14 +67,8 @@ mod tests {
     use super::*;
 
     fn kept_ids(weights: &[f32], top_p: f32) -> Vec<u32> {
-        let mut cands: Vec<Candidate> = weights
-            .iter()
-            .enumerate()
-            .map(|(i, &weight)| Candidate {
-                id: i as u32,
-                weight,
-            })
-            .collect();
+        let mut cands: Vec<Candidate> =
+            weights.iter().enumerate().map(|(i, &weight)| Candidate { id: i as u32, weight }).collect();
         keep_nucleus(&mut cands, top_p);
         let mut ids: Vec<u32> = cands.iter().map(|c| c.id).collect();
         ids.sort_unstable();

@@ -57,10 +57,7 @@ impl Default for SamplingParams {
 impl SamplingParams {
     /// Deterministic argmax decoding with every processor off.
     pub fn greedy() -> Self {
-        SamplingParams {
-            temperature: 0.0,
-            ..Self::default()
-        }
+        SamplingParams { temperature: 0.0, ..Self::default() }
     }
 
     /// Whether the token is chosen by argmax rather than drawn.
@@ -74,41 +71,26 @@ impl SamplingParams {
         if !(self.temperature.is_finite() && self.temperature >= 0.0) {
             return Err(SamplerError::invalid(
                 "temperature",
-                format!(
-                    "must be finite and >= 0 (0 = greedy), got {}",
-                    self.temperature
-                ),
+                format!("must be finite and >= 0 (0 = greedy), got {}", self.temperature),
             ));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(SamplerError::invalid(
-                "top_p",
-                format!("must be in (0, 1] (1 = off), got {}", self.top_p),
-            ));
+            return Err(SamplerError::invalid("top_p", format!("must be in (0, 1] (1 = off), got {}", self.top_p)));
         }
         if !(0.0..=1.0).contains(&self.min_p) {
-            return Err(SamplerError::invalid(
-                "min_p",
-                format!("must be in [0, 1] (0 = off), got {}", self.min_p),
-            ));
+            return Err(SamplerError::invalid("min_p", format!("must be in [0, 1] (0 = off), got {}", self.min_p)));
         }
         if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
             return Err(SamplerError::invalid(
                 "repetition_penalty",
-                format!(
-                    "must be finite and > 0 (1 = off), got {}",
-                    self.repetition_penalty
-                ),
+                format!("must be finite and > 0 (1 = off), got {}", self.repetition_penalty),
             ));
         }
         check_additive_penalty("presence_penalty", self.presence_penalty)?;
         check_additive_penalty("frequency_penalty", self.frequency_penalty)?;
         if let Some(n) = self.logprobs {
             if n > MAX_LOGPROBS {
-                return Err(SamplerError::invalid(
-                    "logprobs",
-                    format!("must be in [0, {MAX_LOGPROBS}], got {n}"),
-                ));
+                return Err(SamplerError::invalid("logprobs", format!("must be in [0, {MAX_LOGPROBS}], got {n}")));
             }
         }
         for &(token_id, bias) in &self.logit_bias {
@@ -134,9 +116,6 @@ fn check_additive_penalty(field: &'static str, value: f32) -> Result<(), Sampler
     if (-2.0..=2.0).contains(&value) {
         Ok(())
     } else {
-        Err(SamplerError::invalid(
-            field,
-            format!("must be in [-2, 2] (0 = off), got {value}"),
-        ))
+        Err(SamplerError::invalid(field, format!("must be in [-2, 2] (0 = off), got {value}")))
     }
 }

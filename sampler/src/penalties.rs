@@ -14,30 +14,19 @@ pub fn needs_penalties(params: &SamplingParams, prompt: &[u32], output: &[u32]) 
     let n = params.no_repeat_ngram_size;
     !params.logit_bias.is_empty()
         || (params.repetition_penalty != 1.0 && history_len > 0)
-        || ((params.presence_penalty != 0.0 || params.frequency_penalty != 0.0)
-            && !output.is_empty())
+        || ((params.presence_penalty != 0.0 || params.frequency_penalty != 0.0) && !output.is_empty())
         || (n > 0 && history_len >= n)
 }
 
 /// Applies, in place and in vLLM's order: logit bias, repetition penalty,
 /// presence/frequency penalties, then the n-gram ban (banned tokens become -inf).
-pub fn apply_penalties(
-    logits: &mut [f32],
-    params: &SamplingParams,
-    prompt: &[u32],
-    output: &[u32],
-) {
+pub fn apply_penalties(logits: &mut [f32], params: &SamplingParams, prompt: &[u32], output: &[u32]) {
     apply_logit_bias(logits, &params.logit_bias);
     if params.repetition_penalty != 1.0 {
         apply_repetition_penalty(logits, params.repetition_penalty, prompt, output);
     }
     if params.presence_penalty != 0.0 || params.frequency_penalty != 0.0 {
-        apply_presence_frequency(
-            logits,
-            params.presence_penalty,
-            params.frequency_penalty,
-            output,
-        );
+        apply_presence_frequency(logits, params.presence_penalty, params.frequency_penalty, output);
     }
     let history = History { prompt, output };
     for token in banned_ngram_tokens(&history, params.no_repeat_ngram_size) {

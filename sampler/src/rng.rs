@@ -50,11 +50,7 @@ pub struct CounterRng {
 
 impl CounterRng {
     pub fn new(seed: u64, step: u64) -> Self {
-        CounterRng {
-            seed,
-            step,
-            draw: 0,
-        }
+        CounterRng { seed, step, draw: 0 }
     }
 
     /// The next uniform number in `[0, 1)`; the first call equals `uniform(seed, step, 0)`.

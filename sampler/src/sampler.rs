@@ -78,11 +78,7 @@ pub fn sample_row(row: &SampleInput<'_>) -> Result<SampleOutput, SamplerError> {
     // The maximum found while checking finiteness doubles as the softmax shift.
     let norm = Normalizer::with_max(logits, scan.max);
     let logprob = logits.get(token_id as usize).map_or(f32::NEG_INFINITY, |&l| norm.logprob(l));
-    Ok(SampleOutput {
-        token_id,
-        logprob: Some(logprob),
-        top_logprobs: norm.top(logits, n),
-    })
+    Ok(SampleOutput { token_id, logprob: Some(logprob), top_logprobs: norm.top(logits, n) })
 }
 
 /// What one pass over the raw row learns: it is usable, and where its peak is.
@@ -95,20 +91,14 @@ fn scan_logits(logits: &[f32]) -> Result<RowScan, SamplerError> {
     if logits.is_empty() {
         return Err(SamplerError::EmptyLogits);
     }
-    let mut scan = RowScan {
-        max: f32::NEG_INFINITY,
-        argmax: 0,
-    };
+    let mut scan = RowScan { max: f32::NEG_INFINITY, argmax: 0 };
     for (index, &l) in logits.iter().enumerate() {
         if !l.is_finite() {
             return Err(SamplerError::NonFiniteLogits { index });
         }
         // Strict `>` keeps the lowest index among ties.
         if l > scan.max {
-            scan = RowScan {
-                max: l,
-                argmax: index as u32,
-            };
+            scan = RowScan { max: l, argmax: index as u32 };
         }
     }
     Ok(scan)
@@ -122,7 +112,9 @@ fn choose_token(row: &SampleInput<'_>, raw_argmax: u32) -> Result<u32, SamplerEr
     let penalised = needs_penalties(params, row.prompt_token_ids, row.output_token_ids);
     if params.is_greedy() && !penalised {
         return match row.mask {
-            Some(mask) if !mask.allows(raw_argmax) => mask.argmax_allowed(row.logits).ok_or(SamplerError::AllTokensMasked),
+            Some(mask) if !mask.allows(raw_argmax) => {
+                mask.argmax_allowed(row.logits).ok_or(SamplerError::AllTokensMasked)
+            }
             _ => Ok(raw_argmax),
         };
     }

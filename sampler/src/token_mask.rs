@@ -17,18 +17,12 @@ const BITS: usize = 32;
 impl TokenMask {
     /// A mask over `len` ids with nothing allowed.
     pub fn none(len: usize) -> Self {
-        Self {
-            words: vec![0; len.div_ceil(BITS)],
-            len,
-        }
+        Self { words: vec![0; len.div_ceil(BITS)], len }
     }
 
     /// A mask over `len` ids with every id allowed.
     pub fn all(len: usize) -> Self {
-        let mut m = Self {
-            words: vec![u32::MAX; len.div_ceil(BITS)],
-            len,
-        };
+        let mut m = Self { words: vec![u32::MAX; len.div_ceil(BITS)], len };
         m.clear_tail();
         m
     }
@@ -71,10 +65,7 @@ impl TokenMask {
     pub fn count_allowed(&self) -> usize {
         // Bits past `len` may have been set through `words_mut`; they are not ids.
         let full = self.len / BITS;
-        let mut n: usize = self.words[..full]
-            .iter()
-            .map(|w| w.count_ones() as usize)
-            .sum();
+        let mut n: usize = self.words[..full].iter().map(|w| w.count_ones() as usize).sum();
         if let Some(&last) = self.words.get(full) {
             n += (last & self.tail_mask()).count_ones() as usize;
         }
@@ -212,10 +203,7 @@ mod tests {
         m.words_mut()[1] = 0b101; // ids 32 and 34
         m.words_mut()[3] = u32::MAX; // ids 96..=99 real, 100..=127 past the end
         assert!(m.allows(32) && !m.allows(33) && m.allows(34));
-        assert_eq!(
-            m.allowed_ids().collect::<Vec<_>>(),
-            vec![32, 34, 96, 97, 98, 99]
-        );
+        assert_eq!(m.allowed_ids().collect::<Vec<_>>(), vec![32, 34, 96, 97, 98, 99]);
         assert_eq!(m.count_allowed(), 6, "bits past len must not count");
     }
 
@@ -252,9 +240,7 @@ mod tests {
         m.allow(3);
         let mut logits = vec![1.0f32; 10];
         m.apply(&mut logits);
-        let expect: Vec<f32> = (0..10)
-            .map(|i| if i == 3 { 1.0 } else { f32::NEG_INFINITY })
-            .collect();
+        let expect: Vec<f32> = (0..10).map(|i| if i == 3 { 1.0 } else { f32::NEG_INFINITY }).collect();
         assert_eq!(logits, expect);
     }
 

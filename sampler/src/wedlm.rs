@@ -11,20 +11,12 @@ use crate::filter::argmax;
 /// leftmost remaining mask: `H_j + lambda * (slot_j - slot_0)`. With a threshold, every `j`
 /// strictly below it is chosen (ascending); if none is, or without a threshold, exactly one:
 /// the first minimum (the leftmost mask is not required).
-pub fn select_positions(
-    entropy: &[f32],
-    mask_slots: &[usize],
-    threshold: Option<f32>,
-    pos_penalty: f32,
-) -> Vec<usize> {
+pub fn select_positions(entropy: &[f32], mask_slots: &[usize], threshold: Option<f32>, pos_penalty: f32) -> Vec<usize> {
     let Some(&base) = mask_slots.first() else {
         return Vec::new();
     };
-    let adjusted: Vec<f32> = entropy
-        .iter()
-        .zip(mask_slots)
-        .map(|(&h, &slot)| h + pos_penalty * (slot - base) as f32)
-        .collect();
+    let adjusted: Vec<f32> =
+        entropy.iter().zip(mask_slots).map(|(&h, &slot)| h + pos_penalty * (slot - base) as f32).collect();
     if let Some(tau) = threshold {
         let chosen: Vec<usize> = (0..adjusted.len()).filter(|&j| adjusted[j] < tau).collect();
         if !chosen.is_empty() {
@@ -48,12 +40,8 @@ pub fn sample_mask_token(logits: &[f32], temperature: f32, top_k: usize, top_p: 
     if temperature.partial_cmp(&0.0) != Some(Ordering::Greater) {
         return argmax(logits);
     }
-    let mut kept: Vec<(u32, f32)> = logits
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| **l > f32::NEG_INFINITY)
-        .map(|(i, &l)| (i as u32, l))
-        .collect();
+    let mut kept: Vec<(u32, f32)> =
+        logits.iter().enumerate().filter(|(_, l)| **l > f32::NEG_INFINITY).map(|(i, &l)| (i as u32, l)).collect();
     if kept.is_empty() {
         return argmax(logits);
     }
@@ -82,10 +70,7 @@ pub fn sample_mask_token(logits: &[f32], temperature: f32, top_k: usize, top_p: 
         kept.truncate(keep.max(1));
     }
     let max = kept.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
-    let weights: Vec<f64> = kept
-        .iter()
-        .map(|c| f64::from((c.1 - max) / temperature).exp())
-        .collect();
+    let weights: Vec<f64> = kept.iter().map(|c| f64::from((c.1 - max) / temperature).exp()).collect();
     let total: f64 = weights.iter().sum();
     let target = uniform.clamp(0.0, 1.0) * total;
     let mut acc = 0.0;

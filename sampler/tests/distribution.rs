@@ -9,15 +9,8 @@ const DRAWS: u64 = 20_000;
 fn frequencies(logits: &[f32], params: &SamplingParams) -> Vec<f64> {
     let mut counts = vec![0u64; logits.len()];
     for step in 0..DRAWS {
-        let row = SampleInput {
-            logits,
-            params,
-            prompt_token_ids: &[],
-            output_token_ids: &[],
-            seed: 1234,
-            step,
-            mask: None,
-        };
+        let row =
+            SampleInput { logits, params, prompt_token_ids: &[], output_token_ids: &[], seed: 1234, step, mask: None };
         let out = sample_row(&row).expect("valid row");
         counts[out.token_id as usize] += 1;
     }
@@ -32,10 +25,7 @@ fn softmax(logits: &[f32], t: f32) -> Vec<f64> {
 
 fn assert_close(got: &[f64], want: &[f64], tol: f64) {
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() < tol,
-            "token {i}: freq {g:.4} vs expected {w:.4} (all: {got:?})"
-        );
+        assert!((g - w).abs() < tol, "token {i}: freq {g:.4} vs expected {w:.4} (all: {got:?})");
     }
 }
 
@@ -125,10 +115,7 @@ fn min_p_is_measured_on_the_tempered_distribution() {
 #[test]
 fn filters_compose_min_p_then_top_k_then_top_p() {
     // Probabilities 0.35, 0.3, 0.2, 0.1, 0.05 (ratios to max 1, .857, .571, .286, .143).
-    let logits: Vec<f32> = [0.35f32, 0.3, 0.2, 0.1, 0.05]
-        .iter()
-        .map(|p| p.ln())
-        .collect();
+    let logits: Vec<f32> = [0.35f32, 0.3, 0.2, 0.1, 0.05].iter().map(|p| p.ln()).collect();
     // min_p 0.2 drops id 4; top_k 3 drops id 3; top_p 0.6 over {.35,.3,.2}/.85:
     // 0.4118 < 0.6, 0.7647 >= 0.6 -> keep ids 0, 1 with 0.35/0.65 and 0.3/0.65.
     let freq = frequencies(

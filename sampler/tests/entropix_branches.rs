@@ -3,8 +3,7 @@
 //! tokens, top-p keeps the head, the pause token never comes twice in a row, the RNG advances.
 
 use entrobatch_sampler::entropix::{
-    attention_stats, candidate_score, entropix_sample, AttentionStats, Branch, EntropixConfig,
-    EntropixInput,
+    attention_stats, candidate_score, entropix_sample, AttentionStats, Branch, EntropixConfig, EntropixInput,
 };
 
 /// Logits whose softmax is exactly `probs` (up to f32 rounding).
@@ -41,9 +40,7 @@ fn input(logits: &[f32], attention: AttentionStats, step: u64) -> EntropixInput<
 
 /// Hand-made attention: 4 heads over 6 keys with different sharpness.
 fn hand_attention() -> AttentionStats {
-    let scores: Vec<f32> = (0..4)
-        .flat_map(|h| (0..6).map(move |k| (h as f32 + 1.0) * 0.4 * k as f32 - 0.5))
-        .collect();
+    let scores: Vec<f32> = (0..4).flat_map(|h| (0..6).map(move |k| (h as f32 + 1.0) * 0.4 * k as f32 - 0.5)).collect();
     attention_stats(&scores, 4, 6)
 }
 
@@ -150,13 +147,21 @@ fn top_p_keeps_the_head_of_a_graded_flat_distribution() {
     // never drew the most likely token. Route them to LEHV (IS = 0, agreement = 1 gives
     // T = 0.666 * 1.2 and top-k 27) by moving the thresholds.
     let logits: Vec<f32> = (0..27).map(|i| -0.02 * i as f32).collect();
-    let cfg = EntropixConfig { low_ent_thresh: -1.0, high_vent_thresh: -1.0, high_ent_thresh: 100.0, ..Default::default() };
+    let cfg =
+        EntropixConfig { low_ent_thresh: -1.0, high_vent_thresh: -1.0, high_ent_thresh: 100.0, ..Default::default() };
     let attn = AttentionStats { agreement: 1.0, ..Default::default() };
     let t = 0.666 * 1.2;
     let p = softmax(&logits, t);
     // Nucleus over descending probabilities: the smallest head with mass >= 0.9.
     let mut mass = 0.0;
-    let keep = p.iter().take_while(|&&x| { let before = mass; mass += x; before < 0.9 }).count();
+    let keep = p
+        .iter()
+        .take_while(|&&x| {
+            let before = mass;
+            mass += x;
+            before < 0.9
+        })
+        .count();
     assert!(keep < 27);
     let mut counts = vec![0usize; 27];
     for step in 0..4000 {
@@ -174,7 +179,13 @@ fn adaptive_min_p_removes_tokens() {
     let mut logits = vec![-6.0f32; 40];
     logits[0] = 0.0;
     logits[1] = -0.3;
-    let cfg = EntropixConfig { low_ent_thresh: -1.0, high_vent_thresh: 1e9, min_p: 0.5, ada_min_p: 0.0, ..Default::default() };
+    let cfg = EntropixConfig {
+        low_ent_thresh: -1.0,
+        high_vent_thresh: 1e9,
+        min_p: 0.5,
+        ada_min_p: 0.0,
+        ..Default::default()
+    };
     let attn = AttentionStats::default();
     let mut drawn = std::collections::HashSet::new();
     for step in 0..500 {
@@ -190,7 +201,8 @@ fn adaptive_min_p_removes_tokens() {
     assert_eq!(drawn, [0u32, 1].into_iter().collect());
     // The same row without the min-p cut does draw from the tail.
     let open = EntropixConfig { min_p: 0.0, ada_min_min_p: 0.0, ..cfg };
-    let tail = (0..500).flat_map(|s| entropix_sample(&input(&logits, attn, s), &open).unwrap().candidates)
+    let tail = (0..500)
+        .flat_map(|s| entropix_sample(&input(&logits, attn, s), &open).unwrap().candidates)
         .filter(|c| c.token_id >= 2)
         .count();
     assert!(tail > 0);
@@ -219,9 +231,12 @@ fn adaptive_keeps_the_best_scoring_candidate_and_the_score_depends_on_it() {
             let s = -lp[c.token_id as usize] / std::f64::consts::LN_2;
             let a = |x: f32| f64::from(x);
             let want = lp[c.token_id as usize]
-                + 0.1 * (1.0 - s) + 0.3 * (1.0 - (s - h).powi(2))
-                + 0.2 * (1.0 - a(attn.entropy)) + 0.4 * (1.0 - a(attn.varentropy))
-                + 0.5 * a(attn.agreement) + 0.6 * a(attn.interaction_strength);
+                + 0.1 * (1.0 - s)
+                + 0.3 * (1.0 - (s - h).powi(2))
+                + 0.2 * (1.0 - a(attn.entropy))
+                + 0.4 * (1.0 - a(attn.varentropy))
+                + 0.5 * a(attn.agreement)
+                + 0.6 * a(attn.interaction_strength);
             assert!((f64::from(c.score) - want).abs() < 1e-3, "score {} vs {want}", c.score);
         }
         let best = d.candidates.iter().map(|c| c.score).fold(f32::NEG_INFINITY, f32::max);
@@ -247,12 +262,10 @@ fn adaptive_keeps_the_best_scoring_candidate_and_the_score_depends_on_it() {
 fn draws_advance_every_step_and_repeat_for_the_same_seed() {
     let logits: Vec<f32> = (0..40).map(|i| -0.15 * i as f32).collect();
     let cfg = EntropixConfig::default();
-    let tokens: Vec<u32> = (0..64)
-        .map(|s| entropix_sample(&input(&logits, hand_attention(), s), &cfg).unwrap().token_id)
-        .collect();
-    let again: Vec<u32> = (0..64)
-        .map(|s| entropix_sample(&input(&logits, hand_attention(), s), &cfg).unwrap().token_id)
-        .collect();
+    let tokens: Vec<u32> =
+        (0..64).map(|s| entropix_sample(&input(&logits, hand_attention(), s), &cfg).unwrap().token_id).collect();
+    let again: Vec<u32> =
+        (0..64).map(|s| entropix_sample(&input(&logits, hand_attention(), s), &cfg).unwrap().token_id).collect();
     assert_eq!(tokens, again);
     let distinct: std::collections::HashSet<_> = tokens.iter().collect();
     assert!(distinct.len() > 3, "the same noise every step: {tokens:?}");
@@ -264,7 +277,11 @@ fn penalised_logits_are_drawn_from_but_metrics_use_the_raw_row() {
     logits[42] = 10.0;
     let mut banned = logits.clone();
     banned[42] = f32::NEG_INFINITY;
-    let d = entropix_sample(&EntropixInput { penalised: Some(&banned), ..input(&logits, hand_attention(), 0) }, &EntropixConfig::default()).unwrap();
+    let d = entropix_sample(
+        &EntropixInput { penalised: Some(&banned), ..input(&logits, hand_attention(), 0) },
+        &EntropixConfig::default(),
+    )
+    .unwrap();
     assert_eq!(d.branch, Branch::Argmax);
     assert_ne!(d.token_id, 42);
     assert!(d.logit.entropy < 0.1);
@@ -277,7 +294,8 @@ fn config_rejects_nonsense_and_round_trips_through_json() {
     assert!(EntropixConfig { n_adaptive_samples: 12, ..Default::default() }.validate().is_ok());
     assert!(EntropixConfig { top_p: 1.5, ..Default::default() }.validate().is_err());
     assert!(EntropixConfig { temp: f32::NAN, ..Default::default() }.validate().is_err());
-    let partial: EntropixConfig = serde_json::from_str(r#"{"high_ent_thresh": 4.0, "n_adaptive_samples": 12}"#).unwrap();
+    let partial: EntropixConfig =
+        serde_json::from_str(r#"{"high_ent_thresh": 4.0, "n_adaptive_samples": 12}"#).unwrap();
     assert_eq!(partial.high_ent_thresh, 4.0);
     assert_eq!(partial.n_adaptive_samples, 12);
     assert_eq!(partial.temp, 0.666);

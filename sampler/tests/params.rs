@@ -17,10 +17,7 @@ fn rejected_field(p: &SamplingParams) -> &'static str {
 #[test]
 fn defaults_are_off_and_valid() {
     let d = SamplingParams::default();
-    assert_eq!(
-        (d.temperature, d.top_p, d.repetition_penalty),
-        (1.0, 1.0, 1.0)
-    );
+    assert_eq!((d.temperature, d.top_p, d.repetition_penalty), (1.0, 1.0, 1.0));
     assert_eq!((d.top_k, d.min_p, d.no_repeat_ngram_size), (0, 0.0, 0));
     assert_eq!(d.validate(10), Ok(()));
     assert_eq!(SamplingParams::greedy().temperature, 0.0);
@@ -40,107 +37,23 @@ fn defaults_are_off_and_valid() {
 fn out_of_range_values_are_rejected_by_name() {
     let d = SamplingParams::default;
     let cases: Vec<(SamplingParams, &str)> = vec![
-        (
-            SamplingParams {
-                temperature: -0.1,
-                ..d()
-            },
-            "temperature",
-        ),
-        (
-            SamplingParams {
-                temperature: f32::NAN,
-                ..d()
-            },
-            "temperature",
-        ),
-        (
-            SamplingParams {
-                temperature: f32::INFINITY,
-                ..d()
-            },
-            "temperature",
-        ),
+        (SamplingParams { temperature: -0.1, ..d() }, "temperature"),
+        (SamplingParams { temperature: f32::NAN, ..d() }, "temperature"),
+        (SamplingParams { temperature: f32::INFINITY, ..d() }, "temperature"),
         (SamplingParams { top_p: 0.0, ..d() }, "top_p"),
         (SamplingParams { top_p: 1.01, ..d() }, "top_p"),
-        (
-            SamplingParams {
-                top_p: f32::NAN,
-                ..d()
-            },
-            "top_p",
-        ),
-        (
-            SamplingParams {
-                min_p: -0.01,
-                ..d()
-            },
-            "min_p",
-        ),
+        (SamplingParams { top_p: f32::NAN, ..d() }, "top_p"),
+        (SamplingParams { min_p: -0.01, ..d() }, "min_p"),
         (SamplingParams { min_p: 1.5, ..d() }, "min_p"),
-        (
-            SamplingParams {
-                min_p: f32::NAN,
-                ..d()
-            },
-            "min_p",
-        ),
-        (
-            SamplingParams {
-                repetition_penalty: 0.0,
-                ..d()
-            },
-            "repetition_penalty",
-        ),
-        (
-            SamplingParams {
-                repetition_penalty: f32::NAN,
-                ..d()
-            },
-            "repetition_penalty",
-        ),
-        (
-            SamplingParams {
-                presence_penalty: 2.5,
-                ..d()
-            },
-            "presence_penalty",
-        ),
-        (
-            SamplingParams {
-                presence_penalty: f32::NAN,
-                ..d()
-            },
-            "presence_penalty",
-        ),
-        (
-            SamplingParams {
-                frequency_penalty: -2.01,
-                ..d()
-            },
-            "frequency_penalty",
-        ),
-        (
-            SamplingParams {
-                logprobs: Some(21),
-                ..d()
-            },
-            "logprobs",
-        ),
-        (
-            SamplingParams {
-                logit_bias: vec![(100, 1.0)],
-                ..d()
-            },
-            "logit_bias",
-        ),
-        (
-            SamplingParams {
-                logit_bias: vec![(3, f32::NEG_INFINITY)],
-                ..d()
-            },
-            "logit_bias",
-        ),
+        (SamplingParams { min_p: f32::NAN, ..d() }, "min_p"),
+        (SamplingParams { repetition_penalty: 0.0, ..d() }, "repetition_penalty"),
+        (SamplingParams { repetition_penalty: f32::NAN, ..d() }, "repetition_penalty"),
+        (SamplingParams { presence_penalty: 2.5, ..d() }, "presence_penalty"),
+        (SamplingParams { presence_penalty: f32::NAN, ..d() }, "presence_penalty"),
+        (SamplingParams { frequency_penalty: -2.01, ..d() }, "frequency_penalty"),
+        (SamplingParams { logprobs: Some(21), ..d() }, "logprobs"),
+        (SamplingParams { logit_bias: vec![(100, 1.0)], ..d() }, "logit_bias"),
+        (SamplingParams { logit_bias: vec![(3, f32::NEG_INFINITY)], ..d() }, "logit_bias"),
     ];
     for (params, field) in cases {
         assert_eq!(rejected_field(&params), field, "{params:?}");
@@ -150,8 +63,7 @@ fn out_of_range_values_are_rejected_by_name() {
 #[test]
 fn json_fills_missing_fields_with_defaults_and_round_trips() {
     let p: SamplingParams =
-        serde_json::from_str(r#"{"temperature": 0.0, "top_k": 5, "logit_bias": [[7, -1.5]]}"#)
-            .expect("valid json");
+        serde_json::from_str(r#"{"temperature": 0.0, "top_k": 5, "logit_bias": [[7, -1.5]]}"#).expect("valid json");
     assert_eq!(p.temperature, 0.0);
     assert_eq!(p.top_k, 5);
     assert_eq!(p.logit_bias, vec![(7, -1.5)]);

@@ -21,13 +21,7 @@ pub struct Block {
 
 impl Block {
     pub(crate) fn new(id: BlockId) -> Self {
-        Self {
-            id,
-            ref_count: 0,
-            hash: None,
-            parent_hash: None,
-            token_ids: Vec::new(),
-        }
+        Self { id, ref_count: 0, hash: None, parent_hash: None, token_ids: Vec::new() }
     }
 
     pub fn id(&self) -> BlockId {
@@ -51,12 +45,7 @@ impl Block {
         self.hash.is_some() && self.parent_hash == parent && self.token_ids == token_ids
     }
 
-    pub(crate) fn set_cached(
-        &mut self,
-        hash: BlockHash,
-        parent: Option<BlockHash>,
-        token_ids: &[u32],
-    ) {
+    pub(crate) fn set_cached(&mut self, hash: BlockHash, parent: Option<BlockHash>, token_ids: &[u32]) {
         self.hash = Some(hash);
         self.parent_hash = parent;
         self.token_ids = token_ids.to_vec();

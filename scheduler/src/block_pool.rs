@@ -30,16 +30,8 @@ struct BlockPoolInner {
 impl BlockPool {
     pub(crate) fn new(num_blocks: usize, block_size: usize, enable_prefix_caching: bool) -> Self {
         let blocks = (0..num_blocks).map(|i| Block::new(i as BlockId)).collect();
-        let inner = BlockPoolInner {
-            blocks,
-            free: FreeQueue::with_all(num_blocks),
-            cached: HashMap::new(),
-        };
-        Self {
-            inner: Arc::new(Mutex::new(inner)),
-            block_size,
-            enable_prefix_caching,
-        }
+        let inner = BlockPoolInner { blocks, free: FreeQueue::with_all(num_blocks), cached: HashMap::new() };
+        Self { inner: Arc::new(Mutex::new(inner)), block_size, enable_prefix_caching }
     }
 
     pub(crate) fn block_size(&self) -> usize {
@@ -69,11 +61,7 @@ impl BlockPool {
 
     /// The longest run of cached full blocks at the start of `token_ids`, at most
     /// `max_blocks` long. Read-only: the caller touches them once admission succeeds.
-    pub(crate) fn find_cached_prefix(
-        &self,
-        token_ids: &[u32],
-        max_blocks: usize,
-    ) -> Vec<(BlockId, BlockHash)> {
+    pub(crate) fn find_cached_prefix(&self, token_ids: &[u32], max_blocks: usize) -> Vec<(BlockId, BlockHash)> {
         if !self.enable_prefix_caching {
             return Vec::new();
         }
@@ -97,9 +85,7 @@ impl BlockPool {
     /// How many of `ids` sit in the free queue, i.e. would stop being free when touched.
     pub(crate) fn num_evictable(&self, ids: &[BlockId]) -> usize {
         let inner = self.inner.lock();
-        ids.iter()
-            .filter(|&&id| inner.blocks[id as usize].ref_count == 0)
-            .count()
+        ids.iter().filter(|&&id| inner.blocks[id as usize].ref_count == 0).count()
     }
 
     /// Takes one more reference on each block, pulling unreferenced ones out of the free queue.
@@ -148,13 +134,7 @@ impl BlockPool {
 
     /// Registers a full, computed block under `hash`. If another block already holds
     /// that hash (same prefix computed twice, or a collision) this one stays uncached.
-    pub(crate) fn cache_block(
-        &self,
-        id: BlockId,
-        hash: BlockHash,
-        parent: Option<BlockHash>,
-        token_ids: &[u32],
-    ) {
+    pub(crate) fn cache_block(&self, id: BlockId, hash: BlockHash, parent: Option<BlockHash>, token_ids: &[u32]) {
         if !self.enable_prefix_caching {
             return;
         }
@@ -172,29 +152,17 @@ impl BlockPool {
         for block in &inner.blocks {
             let held = holders.get(&block.id).copied().unwrap_or(0);
             if block.ref_count != held {
-                return Err(format!(
-                    "block {} ref_count {} but {} tables hold it",
-                    block.id, block.ref_count, held
-                ));
+                return Err(format!("block {} ref_count {} but {} tables hold it", block.id, block.ref_count, held));
             }
             if held > 1 && block.hash.is_none() {
-                return Err(format!(
-                    "block {} shared by {held} tables but not a cached block",
-                    block.id
-                ));
+                return Err(format!("block {} shared by {held} tables but not a cached block", block.id));
             }
             if (block.ref_count == 0) != inner.free.contains(block.id) {
-                return Err(format!(
-                    "block {} ref_count {} vs free-queue membership",
-                    block.id, block.ref_count
-                ));
+                return Err(format!("block {} ref_count {} vs free-queue membership", block.id, block.ref_count));
             }
             if let Some(hash) = block.hash {
                 if inner.cached.get(&hash) != Some(&block.id) {
-                    return Err(format!(
-                        "block {} has a hash the cache map does not point back to",
-                        block.id
-                    ));
+                    return Err(format!("block {} has a hash the cache map does not point back to", block.id));
                 }
             }
         }
@@ -235,16 +203,10 @@ mod tests {
         pool.cache_block(ids[0], forged, None, &[7, 8]);
         assert!(pool.find_cached_prefix(&[1, 2, 3], 1).is_empty());
         let real = hash_block_tokens(None, &[7, 8]);
-        assert!(
-            pool.find_cached_prefix(&[7, 8, 9], 1).is_empty(),
-            "filed under the wrong key"
-        );
+        assert!(pool.find_cached_prefix(&[7, 8, 9], 1).is_empty(), "filed under the wrong key");
         let other = pool.allocate(1).unwrap();
         pool.cache_block(other[0], real, None, &[7, 8]);
-        assert_eq!(
-            pool.find_cached_prefix(&[7, 8, 9], 1),
-            vec![(other[0], real)]
-        );
+        assert_eq!(pool.find_cached_prefix(&[7, 8, 9], 1), vec![(other[0], real)]);
     }
 
     #[test]

@@ -14,11 +14,7 @@ pub(crate) struct BlockTable {
 
 impl BlockTable {
     pub(crate) fn new(pool: BlockPool) -> Self {
-        Self {
-            pool,
-            block_ids: Vec::new(),
-            block_hashes: Vec::new(),
-        }
+        Self { pool, block_ids: Vec::new(), block_hashes: Vec::new() }
     }
 
     /// Starts a table on prefix-cache hits, taking a reference on each.
@@ -26,11 +22,7 @@ impl BlockTable {
         let block_ids: Vec<BlockId> = hits.iter().map(|&(id, _)| id).collect();
         pool.touch(&block_ids);
         let block_hashes = hits.iter().map(|&(_, hash)| hash).collect();
-        Self {
-            pool,
-            block_ids,
-            block_hashes,
-        }
+        Self { pool, block_ids, block_hashes }
     }
 
     pub(crate) fn ids(&self) -> &[BlockId] {
@@ -70,8 +62,7 @@ impl BlockTable {
             let chunk = &token_ids[i * bs..(i + 1) * bs];
             let parent = self.block_hashes.last().copied();
             let hash = hash_block_tokens(parent, chunk);
-            self.pool
-                .cache_block(self.block_ids[i], hash, parent, chunk);
+            self.pool.cache_block(self.block_ids[i], hash, parent, chunk);
             self.block_hashes.push(hash);
         }
     }

@@ -52,9 +52,7 @@ impl SchedulerConfig {
         }
         let slots = (self.num_blocks as u128) * (self.block_size as u128);
         if slots > i64::MAX as u128 {
-            return Err(SchedulerError::InvalidConfig(
-                "num_blocks * block_size overflows an i64 slot".into(),
-            ));
+            return Err(SchedulerError::InvalidConfig("num_blocks * block_size overflows an i64 slot".into()));
         }
         Ok(())
     }

@@ -33,15 +33,8 @@ pub enum SchedulerError {
     #[error("invalid request {seq_id}: {reason}")]
     InvalidRequest { seq_id: SeqId, reason: String },
 
-    #[error(
-        "request {seq_id} can never be scheduled: {needed_tokens} tokens {reason} (limit {limit})"
-    )]
-    NeverFits {
-        seq_id: SeqId,
-        needed_tokens: usize,
-        limit: usize,
-        reason: NeverFitsReason,
-    },
+    #[error("request {seq_id} can never be scheduled: {needed_tokens} tokens {reason} (limit {limit})")]
+    NeverFits { seq_id: SeqId, needed_tokens: usize, limit: usize, reason: NeverFitsReason },
 
     #[error("sequence {0} already exists")]
     DuplicateId(SeqId),

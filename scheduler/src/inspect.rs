@@ -19,11 +19,7 @@ impl Scheduler {
 
     /// KV slot of token `position` of `id`, if its block table covers it.
     pub fn slot(&self, id: SeqId, position: usize) -> Option<i64> {
-        self.sequences
-            .get(&id)?
-            .block_table
-            .as_ref()?
-            .slot(position)
+        self.sequences.get(&id)?.block_table.as_ref()?.slot(position)
     }
 
     /// Free blocks, counting cached blocks no sequence holds (they are evicted on demand).
@@ -93,31 +89,18 @@ impl Scheduler {
         if self.running.len() > self.config.max_num_seqs {
             return Err("more running sequences than max_num_seqs".into());
         }
-        let arrivals: Vec<u64> = self
-            .running
-            .iter()
-            .filter_map(|id| self.sequences.get(id))
-            .map(|s| s.arrival)
-            .collect();
+        let arrivals: Vec<u64> =
+            self.running.iter().filter_map(|id| self.sequences.get(id)).map(|s| s.arrival).collect();
         if arrivals.windows(2).any(|w| w[0] >= w[1]) {
             return Err("running is not in arrival order".into());
         }
         let mut holders: HashMap<BlockId, usize> = HashMap::new();
         for (&id, seq) in &self.sequences {
-            let queued_as = if running.contains(&id) {
-                SequenceStatus::Running
-            } else {
-                SequenceStatus::Waiting
-            };
+            let queued_as = if running.contains(&id) { SequenceStatus::Running } else { SequenceStatus::Waiting };
             if seq.status != queued_as || (!running.contains(&id) && !waiting.contains(&id)) {
-                return Err(format!(
-                    "sequence {id} status {:?} does not match its queue",
-                    seq.status
-                ));
+                return Err(format!("sequence {id} status {:?} does not match its queue", seq.status));
             }
-            if seq.num_computed_tokens > seq.num_tokens()
-                || seq.num_output_tokens() > seq.max_tokens
-            {
+            if seq.num_computed_tokens > seq.num_tokens() || seq.num_output_tokens() > seq.max_tokens {
                 return Err(format!("sequence {id} counters out of range: {seq:?}"));
             }
             match (&seq.block_table, seq.status) {
@@ -134,12 +117,7 @@ impl Scheduler {
                         *holders.entry(b).or_default() += 1;
                     }
                 }
-                _ => {
-                    return Err(format!(
-                        "sequence {id} table does not match status {:?}",
-                        seq.status
-                    ))
-                }
+                _ => return Err(format!("sequence {id} table does not match status {:?}", seq.status)),
             }
         }
         self.pool.check(&holders)

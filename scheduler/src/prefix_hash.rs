@@ -48,9 +48,6 @@ mod tests {
         assert_eq!(a, hash_block_tokens(None, &[1, 2, 3, 4]));
         assert_ne!(a, hash_block_tokens(None, &[1, 2, 3, 5]));
         assert_ne!(a, hash_block_tokens(Some(a), &[1, 2, 3, 4]));
-        assert_ne!(
-            hash_block_tokens(Some(BlockHash(1)), &[9]),
-            hash_block_tokens(Some(BlockHash(2)), &[9])
-        );
+        assert_ne!(hash_block_tokens(Some(BlockHash(1)), &[9]), hash_block_tokens(Some(BlockHash(2)), &[9]));
     }
 }

@@ -27,11 +27,7 @@ pub struct Scheduler {
 impl Scheduler {
     pub fn new(config: SchedulerConfig) -> Result<Self, SchedulerError> {
         config.validate()?;
-        let pool = BlockPool::new(
-            config.num_blocks,
-            config.block_size,
-            config.enable_prefix_caching,
-        );
+        let pool = BlockPool::new(config.num_blocks, config.block_size, config.enable_prefix_caching);
         Ok(Self {
             config,
             pool,
@@ -108,9 +104,7 @@ impl Scheduler {
             let Some(seq) = self.sequences.get_mut(&id) else {
                 return false;
             };
-            let table = seq
-                .block_table
-                .get_or_insert_with(|| BlockTable::new(self.pool.clone()));
+            let table = seq.block_table.get_or_insert_with(|| BlockTable::new(self.pool.clone()));
             if table.ensure_slots(slots) {
                 return true;
             }
@@ -128,11 +122,7 @@ impl Scheduler {
     /// `victim` must already be out of `running`.
     fn preempt(&mut self, victim: SeqId) {
         if let Some(seq) = self.sequences.get_mut(&victim) {
-            tracing::debug!(
-                seq_id = victim,
-                num_tokens = seq.num_tokens(),
-                "preempted; will recompute"
-            );
+            tracing::debug!(seq_id = victim, num_tokens = seq.num_tokens(), "preempted; will recompute");
             seq.reset_for_recompute();
             self.waiting.push_front(victim);
             self.num_preemptions += 1;
@@ -151,9 +141,7 @@ impl Scheduler {
             let len = seq.num_tokens();
             let bs = self.config.block_size;
             // The last token is always recomputed: its logits are needed.
-            let hits = self
-                .pool
-                .find_cached_prefix(&seq.token_ids, len.saturating_sub(1) / bs);
+            let hits = self.pool.find_cached_prefix(&seq.token_ids, len.saturating_sub(1) / bs);
             let num_cached = hits.len() * bs;
             // A sequence being (re)prefilled has no strategy rows to run yet.
             let n = (len - num_cached).min(*budget);
@@ -164,19 +152,9 @@ impl Scheduler {
             // not start chunking into a pool that would force a preemption right away.
             // Nothing running means nobody to protect, and waiving it there avoids a livelock.
             let hit_ids: Vec<BlockId> = hits.iter().map(|&(b, _)| b).collect();
-            let needed = self
-                .config
-                .blocks_for(len + lookahead)
-                .saturating_sub(hits.len());
-            let available = self
-                .pool
-                .num_free_blocks()
-                .saturating_sub(self.pool.num_evictable(&hit_ids));
-            let headroom = if self.running.is_empty() {
-                0
-            } else {
-                self.config.watermark_blocks()
-            };
+            let needed = self.config.blocks_for(len + lookahead).saturating_sub(hits.len());
+            let available = self.pool.num_free_blocks().saturating_sub(self.pool.num_evictable(&hit_ids));
+            let headroom = if self.running.is_empty() { 0 } else { self.config.watermark_blocks() };
             if available < needed + headroom {
                 break;
             }
@@ -192,9 +170,7 @@ impl Scheduler {
             seq.status = SequenceStatus::Running;
             self.waiting.pop_front();
             let sequences = &self.sequences;
-            let pos = self
-                .running
-                .partition_point(|o| sequences.get(o).map_or(0, |s| s.arrival) < arrival);
+            let pos = self.running.partition_point(|o| sequences.get(o).map_or(0, |s| s.arrival) < arrival);
             self.running.insert(pos, id);
             self.prefix_cache_stats.queries += prompt_len as u64;
             self.prefix_cache_stats.hits += num_cached as u64;
@@ -212,9 +188,7 @@ impl Scheduler {
         let table = seq.block_table.as_ref()?;
         let context_len = seq.num_computed_tokens;
         let end = context_len + n;
-        let slot_mapping = (context_len..end)
-            .map(|p| table.slot(p))
-            .collect::<Option<Vec<i64>>>()?;
+        let slot_mapping = (context_len..end).map(|p| table.slot(p)).collect::<Option<Vec<i64>>>()?;
         let scheduled = ScheduledSequence {
             seq_id: id,
             context_len,

@@ -115,9 +115,7 @@ impl Sequence {
 
     /// Tokens still to compute before the sequence is caught up.
     pub(crate) fn num_uncomputed_tokens(&self) -> usize {
-        self.token_ids
-            .len()
-            .saturating_sub(self.num_computed_tokens)
+        self.token_ids.len().saturating_sub(self.num_computed_tokens)
     }
 
     /// Registers the full blocks whose KV earlier steps wrote.

@@ -8,10 +8,7 @@ use crate::sequence::{FinishReason, NewSequence, SeqId, Sequence, SequenceStatus
 impl Scheduler {
     /// Queues a request, rejecting at once anything that could never run.
     pub fn add(&mut self, seq: NewSequence) -> Result<(), SchedulerError> {
-        let invalid = |reason: &str| SchedulerError::InvalidRequest {
-            seq_id: seq.id,
-            reason: reason.into(),
-        };
+        let invalid = |reason: &str| SchedulerError::InvalidRequest { seq_id: seq.id, reason: reason.into() };
         if self.sequences.contains_key(&seq.id) {
             return Err(SchedulerError::DuplicateId(seq.id));
         }
@@ -21,11 +18,9 @@ impl Scheduler {
         if seq.max_tokens == 0 {
             return Err(invalid("max_tokens must be > 0"));
         }
-        self.config
-            .check_fits(seq.id, seq.prompt_token_ids.len(), seq.max_tokens, 0)?;
+        self.config.check_fits(seq.id, seq.prompt_token_ids.len(), seq.max_tokens, 0)?;
         let id = seq.id;
-        self.sequences
-            .insert(id, Sequence::new(seq, self.next_arrival));
+        self.sequences.insert(id, Sequence::new(seq, self.next_arrival));
         self.next_arrival += 1;
         self.waiting.push_back(id);
         Ok(())
@@ -33,15 +28,9 @@ impl Scheduler {
 
     /// Records a sampled token; its KV is computed by a later step.
     pub fn append_token(&mut self, id: SeqId, token: u32) -> Result<(), SchedulerError> {
-        let seq = self
-            .sequences
-            .get_mut(&id)
-            .ok_or(SchedulerError::UnknownSequence(id))?;
+        let seq = self.sequences.get_mut(&id).ok_or(SchedulerError::UnknownSequence(id))?;
         if seq.num_output_tokens() >= seq.max_tokens {
-            return Err(SchedulerError::MaxTokensReached {
-                seq_id: id,
-                max_tokens: seq.max_tokens,
-            });
+            return Err(SchedulerError::MaxTokensReached { seq_id: id, max_tokens: seq.max_tokens });
         }
         seq.token_ids.push(token);
         Ok(())
@@ -76,10 +65,7 @@ impl Scheduler {
     /// pending request); they are charged to the token budget and cleared once granted.
     pub fn request_scratch_rows(&mut self, id: SeqId, rows: usize) -> Result<(), SchedulerError> {
         self.config.check_scratch_rows(id, rows)?;
-        let seq = self
-            .sequences
-            .get_mut(&id)
-            .ok_or(SchedulerError::UnknownSequence(id))?;
+        let seq = self.sequences.get_mut(&id).ok_or(SchedulerError::UnknownSequence(id))?;
         seq.scratch_rows = rows;
         Ok(())
     }
@@ -87,12 +73,8 @@ impl Scheduler {
     /// KV slots beyond its scheduled tokens that the sequence's table must cover from
     /// its next schedule on. Kept across preemption.
     pub fn set_lookahead_slots(&mut self, id: SeqId, slots: usize) -> Result<(), SchedulerError> {
-        let seq = self
-            .sequences
-            .get_mut(&id)
-            .ok_or(SchedulerError::UnknownSequence(id))?;
-        self.config
-            .check_fits(id, seq.num_prompt_tokens, seq.max_tokens, slots)?;
+        let seq = self.sequences.get_mut(&id).ok_or(SchedulerError::UnknownSequence(id))?;
+        self.config.check_fits(id, seq.num_prompt_tokens, seq.max_tokens, slots)?;
         seq.lookahead_slots = slots;
         Ok(())
     }

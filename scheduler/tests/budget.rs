@@ -17,10 +17,8 @@ fn one_budget_splits_into_decodes_and_a_prefill_chunk() {
     let expected = [(0, 7, false), (7, 7, false), (14, 6, true)];
     for (context_len, n, needs_sample) in expected {
         let out = step(&mut s);
-        let decodes: Vec<_> = out.scheduled[..3]
-            .iter()
-            .map(|r| (r.seq_id, r.token_ids.len(), r.needs_sample))
-            .collect();
+        let decodes: Vec<_> =
+            out.scheduled[..3].iter().map(|r| (r.seq_id, r.token_ids.len(), r.needs_sample)).collect();
         assert_eq!(decodes, vec![(1, 1, true), (2, 1, true), (3, 1, true)]);
         let chunk = &out.scheduled[3];
         assert_eq!(chunk.seq_id, 4);
@@ -39,25 +37,15 @@ fn decodes_first_and_max_num_seqs_caps_admission() {
         s.add(new_seq(id, 2, 50)).unwrap();
     }
     let out = step(&mut s);
-    assert_eq!(
-        out.scheduled.iter().map(|r| r.seq_id).collect::<Vec<_>>(),
-        vec![1, 2]
-    );
+    assert_eq!(out.scheduled.iter().map(|r| r.seq_id).collect::<Vec<_>>(), vec![1, 2]);
     assert_eq!((s.num_running(), s.num_waiting()), (2, 1));
     // Still capped while both run.
     let out = step(&mut s);
-    assert_eq!(
-        out.scheduled.iter().map(|r| r.seq_id).collect::<Vec<_>>(),
-        vec![1, 2]
-    );
+    assert_eq!(out.scheduled.iter().map(|r| r.seq_id).collect::<Vec<_>>(), vec![1, 2]);
 
     s.finish(1, FinishReason::Stop).unwrap();
     let out = step(&mut s);
-    let rows: Vec<_> = out
-        .scheduled
-        .iter()
-        .map(|r| (r.seq_id, r.token_ids.len()))
-        .collect();
+    let rows: Vec<_> = out.scheduled.iter().map(|r| (r.seq_id, r.token_ids.len())).collect();
     assert_eq!(rows, vec![(2, 1), (3, 2)]);
 }
 
@@ -69,11 +57,7 @@ fn tight_budget_still_serves_running_decodes_before_prefill() {
     step(&mut s);
     s.add(new_seq(3, 5, 50)).unwrap();
     let out = step(&mut s);
-    let rows: Vec<_> = out
-        .scheduled
-        .iter()
-        .map(|r| (r.seq_id, r.token_ids.len()))
-        .collect();
+    let rows: Vec<_> = out.scheduled.iter().map(|r| (r.seq_id, r.token_ids.len())).collect();
     assert_eq!(rows, vec![(1, 1), (2, 1), (3, 1)]);
     assert!(!out.scheduled[2].needs_sample);
 }

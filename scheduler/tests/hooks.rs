@@ -11,19 +11,8 @@ fn scratch_rows_count_against_the_budget_once() {
     s.add(new_seq(2, 30, 5)).unwrap();
     s.request_scratch_rows(1, 4).unwrap();
     let out = step(&mut s);
-    assert_eq!(
-        (
-            out.scheduled[0].seq_id,
-            out.scheduled[0].token_ids.len(),
-            out.scheduled[0].scratch_rows
-        ),
-        (1, 1, 4)
-    );
-    assert_eq!(
-        out.scheduled[1].token_ids.len(),
-        5,
-        "prefill gets what the scratch rows left"
-    );
+    assert_eq!((out.scheduled[0].seq_id, out.scheduled[0].token_ids.len(), out.scheduled[0].scratch_rows), (1, 1, 4));
+    assert_eq!(out.scheduled[1].token_ids.len(), 5, "prefill gets what the scratch rows left");
     assert_eq!(out.num_batched_tokens, 10);
     assert_eq!(s.get(1).unwrap().scratch_rows(), 0);
 
@@ -40,17 +29,11 @@ fn scratch_rows_that_do_not_fit_wait_for_a_later_step() {
     step(&mut s);
     s.request_scratch_rows(2, 3).unwrap();
     let out = step(&mut s);
-    assert_eq!(
-        out.scheduled.iter().map(|r| r.seq_id).collect::<Vec<_>>(),
-        vec![1]
-    );
+    assert_eq!(out.scheduled.iter().map(|r| r.seq_id).collect::<Vec<_>>(), vec![1]);
     assert_eq!(s.get(2).unwrap().scratch_rows(), 3, "still pending");
     s.abort(1);
     let out = step(&mut s);
-    assert_eq!(
-        (out.scheduled[0].seq_id, out.scheduled[0].scratch_rows),
-        (2, 3)
-    );
+    assert_eq!((out.scheduled[0].seq_id, out.scheduled[0].scratch_rows), (2, 3));
     assert_eq!(out.num_batched_tokens, 4);
 }
 
@@ -60,11 +43,7 @@ fn lookahead_slots_extend_the_block_table() {
     s.add(new_seq(1, 3, 20)).unwrap();
     s.set_lookahead_slots(1, 6).unwrap();
     let out = step(&mut s);
-    assert_eq!(
-        out.scheduled[0].block_table.len(),
-        3,
-        "3 tokens + 6 lookahead slots"
-    );
+    assert_eq!(out.scheduled[0].block_table.len(), 3, "3 tokens + 6 lookahead slots");
     assert!(s.slot(1, 8).is_some());
     assert!(s.slot(1, 12).is_none());
 
@@ -72,10 +51,7 @@ fn lookahead_slots_extend_the_block_table() {
     for _ in 0..6 {
         step(&mut s);
         let seq = s.get(1).unwrap();
-        assert_eq!(
-            seq.block_table_ids().len(),
-            (seq.num_computed_tokens() + 6).div_ceil(4)
-        );
+        assert_eq!(seq.block_table_ids().len(), (seq.num_computed_tokens() + 6).div_ceil(4));
     }
     assert_eq!(s.get(1).unwrap().block_table_ids().len(), 4);
 }

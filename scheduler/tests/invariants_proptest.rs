@@ -59,25 +59,24 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn scheduler_config() -> impl Strategy<Value = SchedulerConfig> {
-    (4usize..=12, 1usize..=16, 1usize..=6, any::<bool>()).prop_map(
-        |(num_blocks, budget, max_num_seqs, caching)| SchedulerConfig {
+    (4usize..=12, 1usize..=16, 1usize..=6, any::<bool>()).prop_map(|(num_blocks, budget, max_num_seqs, caching)| {
+        SchedulerConfig {
             max_num_batched_tokens: budget,
             max_num_seqs,
             block_size: 4,
             num_blocks,
             max_model_len: 44,
             enable_prefix_caching: caching,
-        },
-    )
+        }
+    })
 }
 
 fn apply(d: &mut Driver, op: &Op) {
     match *op {
         Op::Add { prompt_len, max_tokens, shared, salt, kind } => {
             let id = d.next_id as u32;
-            let prompt = (0..prompt_len as u32)
-                .map(|i| if shared { (i / 5 + salt) % 2 } else { id * 100 + i })
-                .collect();
+            let prompt =
+                (0..prompt_len as u32).map(|i| if shared { (i / 5 + salt) % 2 } else { id * 100 + i }).collect();
             d.add(prompt, max_tokens, kind);
         }
         Op::Schedule { stop_every } => {

@@ -23,11 +23,7 @@ fn latest_arrival_is_preempted_first_and_recomputes_later() {
         vec![1, 2],
         "no admission after a preemption"
     );
-    assert_eq!(
-        s.waiting_ids().collect::<Vec<_>>(),
-        vec![3, 4],
-        "victim goes to the front"
-    );
+    assert_eq!(s.waiting_ids().collect::<Vec<_>>(), vec![3, 4], "victim goes to the front");
     assert_eq!(s.num_preemptions(), 1);
     let victim = s.get(3).unwrap();
     assert_eq!(victim.status(), SequenceStatus::Waiting);
@@ -35,11 +31,7 @@ fn latest_arrival_is_preempted_first_and_recomputes_later() {
     assert!(victim.block_table_ids().is_empty());
     let mut expected = prompt(3, 4);
     expected.push(7);
-    assert_eq!(
-        victim.token_ids(),
-        &expected[..],
-        "generated tokens survive preemption"
-    );
+    assert_eq!(victim.token_ids(), &expected[..], "generated tokens survive preemption");
 
     // The pool stays full while 1 and 2 run: head-of-line blocking holds 3 and 4.
     let out = step(&mut s);
@@ -52,10 +44,7 @@ fn latest_arrival_is_preempted_first_and_recomputes_later() {
     let out = s.schedule();
     let resumed = &out.scheduled[0];
     assert_eq!((resumed.seq_id, resumed.context_len), (3, 0));
-    assert_eq!(
-        resumed.token_ids, expected,
-        "prompt + generated recomputed in one go"
-    );
+    assert_eq!(resumed.token_ids, expected, "prompt + generated recomputed in one go");
     assert!(resumed.needs_sample);
     assert_eq!(out.scheduled[1].seq_id, 4);
     s.check_invariants().unwrap();
@@ -69,10 +58,7 @@ fn a_sequence_that_is_itself_the_latest_arrival_stops_serving() {
     step(&mut s);
     assert_eq!(s.num_free_blocks(), 1);
     let out = step(&mut s);
-    assert_eq!(
-        out.scheduled.iter().map(|r| r.seq_id).collect::<Vec<_>>(),
-        vec![1]
-    );
+    assert_eq!(out.scheduled.iter().map(|r| r.seq_id).collect::<Vec<_>>(), vec![1]);
     assert_eq!(out.preempted, vec![2]);
     assert_eq!(s.get(2).unwrap().status(), SequenceStatus::Waiting);
     assert_eq!(s.num_running(), 1);
@@ -90,9 +76,6 @@ fn preempted_sequences_finish_once_the_pool_frees_up() {
         steps += 1;
         assert!(steps < 200, "no progress");
     }
-    assert!(
-        s.num_preemptions() > 0,
-        "the pool was meant to be too small for everyone"
-    );
+    assert!(s.num_preemptions() > 0, "the pool was meant to be too small for everyone");
     assert_eq!(s.num_free_blocks(), s.num_total_blocks());
 }

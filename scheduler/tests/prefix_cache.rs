@@ -15,11 +15,7 @@ fn cached_config(num_blocks: usize) -> SchedulerConfig {
 fn with_prefix(id: u64, tail: &[u32]) -> NewSequence {
     let mut tokens: Vec<u32> = (100..112).collect();
     tokens.extend_from_slice(tail);
-    NewSequence {
-        id,
-        prompt_token_ids: tokens,
-        max_tokens: 4,
-    }
+    NewSequence { id, prompt_token_ids: tokens, max_tokens: 4 }
 }
 
 #[test]
@@ -38,11 +34,7 @@ fn sequences_with_a_common_prefix_share_blocks() {
     assert_ne!(a[2], c[2]);
     assert_eq!(s.block(a[0]).unwrap().ref_count(), 3);
     assert_eq!(s.block(a[2]).unwrap().ref_count(), 2);
-    let rows: Vec<_> = out
-        .scheduled
-        .iter()
-        .map(|r| (r.seq_id, r.context_len, r.token_ids.len()))
-        .collect();
+    let rows: Vec<_> = out.scheduled.iter().map(|r| (r.seq_id, r.context_len, r.token_ids.len())).collect();
     assert_eq!(rows, vec![(1, 13, 1), (2, 12, 2), (3, 8, 4)]);
     let stats = s.prefix_cache_stats();
     assert_eq!((stats.queries, stats.hits), (13 + 14 + 12, 12 + 8));
@@ -70,23 +62,13 @@ fn cached_blocks_are_evicted_only_when_needed_tails_first() {
     assert!(hashes.iter().all(Option::is_some));
 
     // Two never-used blocks are still free: the cache is left alone.
-    s.add(NewSequence {
-        id: 2,
-        prompt_token_ids: vec![5; 8],
-        max_tokens: 1,
-    })
-    .unwrap();
+    s.add(NewSequence { id: 2, prompt_token_ids: vec![5; 8], max_tokens: 1 }).unwrap();
     s.schedule();
     assert_eq!(s.num_cached_blocks(), 3);
     s.abort(2);
 
     // Now the pool must reuse cached blocks: seq 1's uncached tail, then its last prefix block.
-    s.add(NewSequence {
-        id: 3,
-        prompt_token_ids: vec![6; 8],
-        max_tokens: 1,
-    })
-    .unwrap();
+    s.add(NewSequence { id: 3, prompt_token_ids: vec![6; 8], max_tokens: 1 }).unwrap();
     s.schedule();
     let c = s.get(3).unwrap().block_table_ids().to_vec();
     assert_eq!(c, vec![a[3], a[2]]);
@@ -104,18 +86,8 @@ fn cached_blocks_are_evicted_only_when_needed_tails_first() {
 #[test]
 fn preempted_sequences_hit_their_own_blocks_on_resume() {
     let mut s = Scheduler::new(cached_config(4)).unwrap();
-    s.add(NewSequence {
-        id: 1,
-        prompt_token_ids: (0..4).collect(),
-        max_tokens: 8,
-    })
-    .unwrap();
-    s.add(NewSequence {
-        id: 2,
-        prompt_token_ids: (10..18).collect(),
-        max_tokens: 4,
-    })
-    .unwrap();
+    s.add(NewSequence { id: 1, prompt_token_ids: (0..4).collect(), max_tokens: 8 }).unwrap();
+    s.add(NewSequence { id: 2, prompt_token_ids: (10..18).collect(), max_tokens: 4 }).unwrap();
     // Seq 2 needs a third block for its first generated token while seq 1 grows into the
     // last free one, so seq 2 (latest arrival) preempts itself.
     let mut preempted = false;
@@ -129,10 +101,7 @@ fn preempted_sequences_hit_their_own_blocks_on_resume() {
     s.finish(1, FinishReason::Stop).unwrap();
     let out = s.schedule();
     assert_eq!(out.scheduled[0].seq_id, 2);
-    assert_eq!(
-        out.scheduled[0].context_len, 8,
-        "its two full prompt blocks were cached before preemption"
-    );
+    assert_eq!(out.scheduled[0].context_len, 8, "its two full prompt blocks were cached before preemption");
 }
 
 #[test]

@@ -15,12 +15,8 @@ impl Reference {
     fn load(path: &Path) -> Result<Self> {
         let mut file = std::fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
         let content = gguf_file::Content::read(&mut file)?;
-        let arch = content
-            .metadata
-            .get("general.architecture")
-            .and_then(|v| v.to_string().ok())
-            .cloned()
-            .unwrap_or_default();
+        let arch =
+            content.metadata.get("general.architecture").and_then(|v| v.to_string().ok()).cloned().unwrap_or_default();
         Ok(match arch.as_str() {
             "qwen2" => Self::Qwen2(quantized_qwen2::ModelWeights::from_gguf(content, &mut file, &Device::Cpu)?),
             _ => Self::Llama(quantized_llama::ModelWeights::from_gguf(content, &mut file, &Device::Cpu)?),

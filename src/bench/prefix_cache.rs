@@ -49,7 +49,8 @@ fn median(values: &[f64]) -> f64 {
 
 /// Milliseconds from submit to the first token of a one-token request.
 fn time_to_first_token(engine: &Engine, prompt: Vec<u32>) -> Result<f64> {
-    let params = GenerationParams { sampling: SamplingParams::greedy(), max_tokens: 1, ignore_eos: true, ..Default::default() };
+    let params =
+        GenerationParams { sampling: SamplingParams::greedy(), max_tokens: 1, ignore_eos: true, ..Default::default() };
     let start = Instant::now();
     let mut handle = engine.submit(Request::new(Prompt::TokenIds(prompt), params))?;
     let mut ttft = None;

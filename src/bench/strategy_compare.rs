@@ -87,7 +87,8 @@ pub fn compare_on(
     let best_plain = |f: fn(&StrategyRun) -> f64| {
         out.iter().filter(|r| r.report.decoding == Decoding::Plain).map(f).reduce(f64::min)
     };
-    if let (Some(wall), Some(cpu)) = (best_plain(|r| r.ms_per_output_token), best_plain(|r| r.cpu_ms_per_output_token)) {
+    if let (Some(wall), Some(cpu)) = (best_plain(|r| r.ms_per_output_token), best_plain(|r| r.cpu_ms_per_output_token))
+    {
         for r in &mut out {
             r.relative_to_plain = r.ms_per_output_token / wall;
             r.cpu_relative_to_plain = r.cpu_ms_per_output_token / cpu;
@@ -101,15 +102,32 @@ pub fn render(runs: &[StrategyRun]) -> String {
     let r = &first.report;
     let mut out = format!(
         "{} | {} requests x ({} in + {} out), concurrency {}\n{:<24}{:>10}{:>10}{:>12}{:>10}{:>10}{:>8}{:>10}\n",
-        r.model, r.requests, r.prompt_len, r.output_len, r.concurrency,
-        "strategy", "ms/token", "vs plain", "cpu ms/tok", "vs plain", "trigger", "steps", "ms/step"
+        r.model,
+        r.requests,
+        r.prompt_len,
+        r.output_len,
+        r.concurrency,
+        "strategy",
+        "ms/token",
+        "vs plain",
+        "cpu ms/tok",
+        "vs plain",
+        "trigger",
+        "steps",
+        "ms/step"
     );
     for run in runs {
         let trigger = run.report.mti_trigger_rate.map_or("-".to_string(), |t| format!("{:.1}%", 100.0 * t));
         out.push_str(&format!(
             "{:<24}{:>10.2}{:>9.2}x{:>12.2}{:>9.2}x{:>10}{:>8}{:>10.1}\n",
-            run.label, run.ms_per_output_token, run.relative_to_plain, run.cpu_ms_per_output_token,
-            run.cpu_relative_to_plain, trigger, run.report.steps, run.ms_per_step
+            run.label,
+            run.ms_per_output_token,
+            run.relative_to_plain,
+            run.cpu_ms_per_output_token,
+            run.cpu_relative_to_plain,
+            trigger,
+            run.report.steps,
+            run.ms_per_step
         ));
     }
     out

@@ -61,8 +61,13 @@ pub struct StructuredReport {
     pub mean_mask_us: Option<f64>,
 }
 
-pub fn run(engine: &Engine, config: &StructuredBenchConfig, mut on_run: impl FnMut(&RunStats)) -> Result<StructuredReport> {
-    let masks_before = (EngineMetrics::get(&engine.metrics().grammar_masks), EngineMetrics::get(&engine.metrics().grammar_mask_nanos));
+pub fn run(
+    engine: &Engine,
+    config: &StructuredBenchConfig,
+    mut on_run: impl FnMut(&RunStats),
+) -> Result<StructuredReport> {
+    let masks_before =
+        (EngineMetrics::get(&engine.metrics().grammar_masks), EngineMetrics::get(&engine.metrics().grammar_mask_nanos));
     let mut runs = Vec::new();
     for round in 0..config.rounds {
         for k in 0..2 {
@@ -95,7 +100,11 @@ fn run_once(engine: &Engine, config: &StructuredBenchConfig, constrained: bool, 
     let requests: Vec<Request> = (0..config.requests)
         .map(|i| {
             let params = GenerationParams {
-                sampling: SamplingParams { temperature: 1.0, seed: Some((round * 100_000 + i) as u64), ..SamplingParams::default() },
+                sampling: SamplingParams {
+                    temperature: 1.0,
+                    seed: Some((round * 100_000 + i) as u64),
+                    ..SamplingParams::default()
+                },
                 max_tokens: config.max_tokens,
                 ignore_eos: !constrained,
                 structured: constrained.then(|| StructuredOutput::JsonSchema(config.schema.clone())),

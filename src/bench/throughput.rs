@@ -214,7 +214,9 @@ pub fn run_with_prompts(
         wall_secs: wall,
     };
     let baseline = (config.baseline_requests > 0)
-        .then(|| baseline_rates(&config.model, &prompts[..config.baseline_requests.min(prompts.len())], config.output_len))
+        .then(|| {
+            baseline_rates(&config.model, &prompts[..config.baseline_requests.min(prompts.len())], config.output_len)
+        })
         .transpose()?;
     Ok(ThroughputReport {
         model: display_name(&config.model),

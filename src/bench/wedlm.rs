@@ -97,7 +97,8 @@ pub fn scenarios(config: &WedlmBenchConfig) -> Vec<Scenario> {
     let w = |tau: Option<f32>, lambda: f32| {
         Some(WedlmConfig { window_size: config.window_size, entropy_threshold: tau, pos_penalty: lambda })
     };
-    let run = |label: &str, wedlm: Option<WedlmConfig>, n: usize| Scenario { label: label.into(), wedlm, wedlm_sequences: n };
+    let run =
+        |label: &str, wedlm: Option<WedlmConfig>, n: usize| Scenario { label: label.into(), wedlm, wedlm_sequences: n };
     let (all, mixed) = (config.sequences, config.wedlm_sequences);
     vec![
         run("all plain", None, 0),

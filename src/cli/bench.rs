@@ -131,7 +131,8 @@ fn throughput(args: ThroughputArgs) -> Result<()> {
         print!("{}", render_table(&report));
         reports.push(report);
     }
-    let json = if args.sweep { serde_json::to_string_pretty(&reports)? } else { serde_json::to_string_pretty(&reports[0])? };
+    let json =
+        if args.sweep { serde_json::to_string_pretty(&reports)? } else { serde_json::to_string_pretty(&reports[0])? };
     println!("{json}");
     if let Some(path) = &args.json {
         std::fs::write(path, &json).with_context(|| format!("write {}", path.display()))?;
@@ -158,9 +159,7 @@ fn plot_sweep(reports: &[ThroughputReport], path: &PathBuf) -> Result<()> {
     chart.configure_mesh().x_desc("concurrent sequences").y_desc("tokens/s").draw()?;
     /// Reads one plotted quantity from a report.
     type Metric = fn(&ThroughputReport) -> f64;
-    let series = |f: Metric| -> Vec<(f64, f64)> {
-        reports.iter().map(|r| (r.concurrency as f64, f(r))).collect()
-    };
+    let series = |f: Metric| -> Vec<(f64, f64)> { reports.iter().map(|r| (r.concurrency as f64, f(r))).collect() };
     let lines: [(&str, RGBColor, Metric); 3] = [
         ("total tokens/s", BLUE, |r| r.engine.total_tokens_per_s),
         ("decode tokens/s", RED, |r| r.engine.decode_tokens_per_s),
@@ -201,7 +200,9 @@ fn prefix_cache(args: PrefixCacheArgs) -> Result<()> {
         engine: Some(engine),
     };
     let bar = ProgressBar::new(args.rounds as u64);
-    bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} rounds ({elapsed})")?.progress_chars("=> "));
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} rounds ({elapsed})")?.progress_chars("=> "),
+    );
     bar.set_message("prefix cache");
     let report = run(&config, |done| bar.set_position(done as u64))?;
     bar.finish_and_clear();
@@ -221,11 +222,14 @@ fn structured(args: StructuredArgs) -> Result<()> {
     engine_config.max_num_seqs = args.requests.max(1);
     let engine = entrobatch::Engine::start(engine_config)?;
     let schema = match &args.schema {
-        Some(path) => serde_json::from_str(&std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)
-            .with_context(|| format!("{} is not JSON", path.display()))?,
+        Some(path) => {
+            serde_json::from_str(&std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)
+                .with_context(|| format!("{} is not JSON", path.display()))?
+        }
         None => default_schema(),
     };
-    let config = StructuredBenchConfig { requests: args.requests, max_tokens: args.output_len, rounds: args.rounds, schema };
+    let config =
+        StructuredBenchConfig { requests: args.requests, max_tokens: args.output_len, rounds: args.rounds, schema };
     let bar = ProgressBar::new(2 * args.rounds as u64);
     bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} runs ({elapsed})")?.progress_chars("=> "));
     bar.set_message("structured vs free");

@@ -58,7 +58,13 @@ impl TokenTrace {
         Self { colour: std::io::stdout().is_terminal(), index: 0, text: String::new(), branches: BTreeMap::new() }
     }
 
-    pub fn tokens(&mut self, out: &mut impl Write, tokens: &[GeneratedToken], text: &str, tok: &GgufTokenizer) -> Result<()> {
+    pub fn tokens(
+        &mut self,
+        out: &mut impl Write,
+        tokens: &[GeneratedToken],
+        text: &str,
+        tok: &GgufTokenizer,
+    ) -> Result<()> {
         self.text.push_str(text);
         for t in tokens {
             let piece = tok.decode(&[t.token_id], false).unwrap_or_default();

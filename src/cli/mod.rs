@@ -18,10 +18,7 @@ pub fn resolve_model(flag: Option<PathBuf>) -> Result<PathBuf> {
         .unwrap_or_else(|| PathBuf::from(entrobatch::DEFAULT_MODEL_PATH));
     // A GGUF file, or a Hugging Face checkpoint directory.
     if !Path::new(&path).exists() {
-        bail!(
-            "model {} not found; run `scripts/fetch-model smollm2` (or pass --model PATH)",
-            path.display()
-        );
+        bail!("model {} not found; run `scripts/fetch-model smollm2` (or pass --model PATH)", path.display());
     }
     Ok(path)
 }

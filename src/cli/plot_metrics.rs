@@ -49,7 +49,9 @@ pub fn read_points(text: &str) -> Result<(Vec<Point>, EntropixConfig)> {
         }
         for t in v.get("tokens").and_then(Value::as_array).into_iter().flatten() {
             let Some(m) = t.get("metrics") else { continue };
-            let (Some(h), Some(vh)) = (m.get("entropy").and_then(Value::as_f64), m.get("varentropy").and_then(Value::as_f64)) else {
+            let (Some(h), Some(vh)) =
+                (m.get("entropy").and_then(Value::as_f64), m.get("varentropy").and_then(Value::as_f64))
+            else {
                 continue;
             };
             let branch = m.get("branch").and_then(Value::as_str).and_then(Branch::parse);
@@ -60,8 +62,7 @@ pub fn read_points(text: &str) -> Result<(Vec<Point>, EntropixConfig)> {
 }
 
 pub fn run(args: PlotMetricsArgs) -> Result<()> {
-    let text = std::fs::read_to_string(&args.input)
-        .with_context(|| format!("cannot read {}", args.input.display()))?;
+    let text = std::fs::read_to_string(&args.input).with_context(|| format!("cannot read {}", args.input.display()))?;
     let (points, config) = read_points(&text)?;
     if points.is_empty() {
         bail!("{} has no per-token metrics: produce it with `entrobatch run --json`", args.input.display());
@@ -95,11 +96,7 @@ fn branch_colour(branch: Option<Branch>) -> RGBColor {
     }
 }
 
-fn chart<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    points: &[Point],
-    cfg: &EntropixConfig,
-) -> Result<()>
+fn chart<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, points: &[Point], cfg: &EntropixConfig) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
@@ -122,24 +119,21 @@ where
     for x in vertical.map(f64::from).into_iter().filter(|x| (0.0..x_max).contains(x)) {
         chart.draw_series(DashedLineSeries::new([(x, 0.0), (x, y_max)], 6, 4, grey.stroke_width(1))).map_err(err)?;
     }
-    for y in [cfg.low_vent_thresh, cfg.high_vent_thresh].map(f64::from).into_iter().filter(|y| (0.0..y_max).contains(y)) {
+    for y in [cfg.low_vent_thresh, cfg.high_vent_thresh].map(f64::from).into_iter().filter(|y| (0.0..y_max).contains(y))
+    {
         chart.draw_series(DashedLineSeries::new([(0.0, y), (x_max, y)], 6, 4, grey.stroke_width(1))).map_err(err)?;
     }
     // One series per branch so each gets a legend entry; plain tokens first, underneath.
     let groups = std::iter::once(None).chain(Branch::ALL.into_iter().map(Some));
     for branch in groups {
         let colour = branch_colour(branch);
-        let pts: Vec<(f64, f64)> = points
-            .iter()
-            .filter(|p| p.branch == branch)
-            .map(|p| (p.entropy, p.varentropy))
-            .collect();
+        let pts: Vec<(f64, f64)> =
+            points.iter().filter(|p| p.branch == branch).map(|p| (p.entropy, p.varentropy)).collect();
         if pts.is_empty() {
             continue;
         }
-        let series = chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, colour.mix(0.75).filled())))
-            .map_err(err)?;
+        let series =
+            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, colour.mix(0.75).filled()))).map_err(err)?;
         let name = branch.map_or("plain".to_string(), |b| format!("{b}: {}", b.description()));
         let label = format!("{name} ({})", pts.len());
         series.label(label).legend(move |(x, y)| Circle::new((x + 8, y), 4, colour.filled()));

@@ -3,11 +3,11 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use entrobatch::strategy::{MtiConfig, TriggerStats, WedlmConfig};
+use entrobatch::structured::StructuredOutput;
 use entrobatch::{
     ChatMessage, Decoding, Engine, EngineConfig, Event, GenerationParams, Prompt, Request, SamplingParams,
 };
-use entrobatch::strategy::{MtiConfig, TriggerStats, WedlmConfig};
-use entrobatch::structured::StructuredOutput;
 use serde_json::json;
 
 #[derive(Args, Debug)]
@@ -167,8 +167,8 @@ pub fn run(args: RunArgs) -> Result<()> {
     let model = super::resolve_model(args.model.clone())?;
     let mut prompts = args.prompts.clone();
     if let Some(file) = &args.prompts_file {
-        let text = std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read prompts file {}", file.display()))?;
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("cannot read prompts file {}", file.display()))?;
         prompts.extend(text.lines().filter(|l| !l.trim().is_empty()).map(str::to_string));
     }
     if args.builtin_prompts {

@@ -33,7 +33,8 @@ pub fn numbers(text: &str) -> Vec<f64> {
             let b = bytes[i];
             if b.is_ascii_digit() {
                 digits.push(b as char);
-            } else if b == b',' && bytes.get(i + 1..i + 4).is_some_and(|d| d.iter().all(u8::is_ascii_digit))
+            } else if b == b','
+                && bytes.get(i + 1..i + 4).is_some_and(|d| d.iter().all(u8::is_ascii_digit))
                 && !bytes.get(i + 4).is_some_and(u8::is_ascii_digit)
             {
                 // A thousands separator: exactly three digits follow.

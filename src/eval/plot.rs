@@ -37,7 +37,8 @@ pub fn draw(path: &Path, report: &EvalReport) -> Result<()> {
     let labels: Vec<String> = report.strategies.iter().map(|s| s.label.clone()).collect();
     let accuracy: Vec<(f64, f64, f64)> =
         report.strategies.iter().map(|s| (100.0 * s.accuracy, 100.0 * s.ci95.low, 100.0 * s.ci95.high)).collect();
-    let speed: Vec<(f64, f64, f64)> = report.strategies.iter().map(|s| (s.tokens_per_sec, s.tokens_per_sec, s.tokens_per_sec)).collect();
+    let speed: Vec<(f64, f64, f64)> =
+        report.strategies.iter().map(|s| (s.tokens_per_sec, s.tokens_per_sec, s.tokens_per_sec)).collect();
     let speed_max = speed.iter().map(|s| s.0).fold(1.0, f64::max) * 1.15;
     panel(&left, &labels, &accuracy, 100.0, "accuracy (%) with 95% CI")?;
     panel(&right, &labels, &speed, speed_max, "output tokens/s")?;

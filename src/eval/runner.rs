@@ -51,7 +51,11 @@ pub fn run_strategy(
     }
     let engine = Engine::start(config)?;
     let params = GenerationParams {
-        sampling: SamplingParams { temperature: options.temperature, seed: Some(options.seed), ..SamplingParams::default() },
+        sampling: SamplingParams {
+            temperature: options.temperature,
+            seed: Some(options.seed),
+            ..SamplingParams::default()
+        },
         max_tokens: options.max_tokens.unwrap_or_else(|| task.default_max_tokens()),
         stop: task.stop(),
         decoding: spec.decoding.clone(),
@@ -80,7 +84,8 @@ pub fn run_strategy(
     engine.shutdown(crate::ShutdownMode::Abort);
 
     on_progress(Progress::Grading);
-    let stats = StrategyStats::from_outputs(outputs.iter().filter_map(|o| o.as_ref().ok()).map(|o| o.tokens.as_slice()));
+    let stats =
+        StrategyStats::from_outputs(outputs.iter().filter_map(|o| o.as_ref().ok()).map(|o| o.tokens.as_slice()));
     let mut items = Vec::with_capacity(outputs.len());
     for (index, (item, output)) in task.items().iter().zip(outputs).enumerate() {
         let record = match output {
@@ -123,7 +128,13 @@ fn with_prefix(engine: &Engine, item: &EvalItem, params: &GenerationParams) -> c
 }
 
 /// The per-strategy numbers from the graded items.
-pub fn summarise(spec: &StrategySpec, items: Vec<ItemResult>, wall_secs: f64, stats: StrategyStats, seed: u64) -> StrategyResult {
+pub fn summarise(
+    spec: &StrategySpec,
+    items: Vec<ItemResult>,
+    wall_secs: f64,
+    stats: StrategyStats,
+    seed: u64,
+) -> StrategyResult {
     let outcomes: Vec<bool> = items.iter().map(|i| i.grade.correct).collect();
     let output_tokens: usize = items.iter().map(|i| i.output_tokens).sum();
     StrategyResult {

@@ -49,7 +49,11 @@ impl StrategyStats {
             let mut sorted: Vec<(&String, &usize)> = branches.iter().collect();
             sorted.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
             parts.push(
-                sorted.iter().map(|(b, n)| format!("{b} {:.0}%", 100.0 * **n as f64 / total)).collect::<Vec<_>>().join(", "),
+                sorted
+                    .iter()
+                    .map(|(b, n)| format!("{b} {:.0}%", 100.0 * **n as f64 / total))
+                    .collect::<Vec<_>>()
+                    .join(", "),
             );
         }
         if let (Some(rate), Some(n)) = (self.mti_trigger_rate, self.mti_tokens) {

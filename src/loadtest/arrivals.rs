@@ -45,10 +45,10 @@ pub fn poisson_arrivals(n: usize, rate: f64, seed: u64) -> Vec<f64> {
 
 /// Common words that BPE tokenizers keep as one token with their leading space.
 const WORDS: &[&str] = &[
-    "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not",
-    "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they", "you",
-    "were", "their", "one", "all", "we", "can", "her", "has", "there", "been", "if", "more", "when",
-    "will", "would", "who", "so", "no", "time", "people", "water", "world", "house", "light", "city",
+    "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not", "he",
+    "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they", "you", "were", "their",
+    "one", "all", "we", "can", "her", "has", "there", "been", "if", "more", "when", "will", "would", "who", "so", "no",
+    "time", "people", "water", "world", "house", "light", "city",
 ];
 
 /// A prompt of about `len` tokens, different for each `index`, so the prefix cache does not

@@ -73,10 +73,8 @@ pub async fn stream_request(target: &Target, route: &str, body: &Value, out: &mu
                 usage_tokens = usage["completion_tokens"].as_u64().map(|n| n as usize);
                 out.prompt_tokens = usage["prompt_tokens"].as_u64().unwrap_or(0) as usize;
             }
-            let is_token_chunk = chunk["choices"]
-                .as_array()
-                .and_then(|c| c.first())
-                .is_some_and(|c| c["finish_reason"].is_null());
+            let is_token_chunk =
+                chunk["choices"].as_array().and_then(|c| c.first()).is_some_and(|c| c["finish_reason"].is_null());
             if is_token_chunk {
                 token_chunks += 1;
                 match last_token {

@@ -130,7 +130,9 @@ pub async fn run(config: &LoadTestConfig) -> Result<LoadTestReport> {
         let (target, bar, expected) = (target.clone(), bar.clone(), config.output_len);
         tasks.spawn(async move {
             let mut out = RequestOutcome { index, start: start.elapsed().as_secs_f64(), ..Default::default() };
-            let result = tokio::time::timeout_at(deadline, client::stream_request(&target, "/v1/completions", &body, &mut out)).await;
+            let result =
+                tokio::time::timeout_at(deadline, client::stream_request(&target, "/v1/completions", &body, &mut out))
+                    .await;
             out.error = match result {
                 Err(_) => Some(CUT_OFF.into()),
                 Ok(Err(e)) => Some(format!("{e:#}")),

@@ -41,15 +41,8 @@ fn panel(
         .y_label_area_size(60)
         .build_cartesian_2d(0.0..x_max.max(1e-9), 0.0..y_max.max(1e-9))
         .map_err(|e| anyhow!("plot: {e}"))?;
-    chart
-        .configure_mesh()
-        .x_desc("request rate (req/s)")
-        .y_desc(y_desc)
-        .draw()
-        .map_err(|e| anyhow!("plot: {e}"))?;
+    chart.configure_mesh().x_desc("request rate (req/s)").y_desc(y_desc).draw().map_err(|e| anyhow!("plot: {e}"))?;
     chart.draw_series(LineSeries::new(points.iter().copied(), &color)).map_err(|e| anyhow!("plot: {e}"))?;
-    chart
-        .draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))
-        .map_err(|e| anyhow!("plot: {e}"))?;
+    chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(|e| anyhow!("plot: {e}"))?;
     Ok(())
 }

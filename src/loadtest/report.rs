@@ -2,8 +2,8 @@
 
 use std::io::Write;
 
-use super::LoadTestReport;
 use super::stats::Distribution;
+use super::LoadTestReport;
 
 pub fn print_report(report: &LoadTestReport, out: &mut impl Write) -> std::io::Result<()> {
     let s = &report.summary;

@@ -41,7 +41,9 @@ impl Slo {
 
     fn met_by(&self, r: &RequestOutcome) -> bool {
         let ok = |target: Option<f64>, seconds: f64| target.is_none_or(|ms| seconds * 1000.0 <= ms);
-        ok(self.ttft_ms, r.ttft.unwrap_or(f64::INFINITY)) && ok(self.tpot_ms, tpot(r).unwrap_or(0.0)) && ok(self.e2el_ms, r.e2el)
+        ok(self.ttft_ms, r.ttft.unwrap_or(f64::INFINITY))
+            && ok(self.tpot_ms, tpot(r).unwrap_or(0.0))
+            && ok(self.e2el_ms, r.e2el)
     }
 }
 
@@ -166,9 +168,9 @@ mod tests {
     #[test]
     fn vllm_metric_definitions() {
         let outcomes = vec![
-            outcome(0.1, 1.1, 11, vec![0.1; 10]),   // tpot 0.1
-            outcome(0.3, 0.7, 5, vec![0.1; 4]),     // tpot 0.1
-            outcome(0.2, 0.2, 1, vec![]),           // one token: no tpot
+            outcome(0.1, 1.1, 11, vec![0.1; 10]), // tpot 0.1
+            outcome(0.3, 0.7, 5, vec![0.1; 4]),   // tpot 0.1
+            outcome(0.2, 0.2, 1, vec![]),         // one token: no tpot
             RequestOutcome { error: Some("HTTP 500: boom".into()), ..Default::default() },
         ];
         let slo = Slo::parse(&["ttft:250".into(), "e2el:1000".into()]).unwrap();

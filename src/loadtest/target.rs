@@ -46,9 +46,7 @@ impl Target {
 }
 
 fn refusal(host: &str) -> anyhow::Error {
-    anyhow::anyhow!(
-        "refusing to load-test {host:?}: only loopback targets (127.0.0.0/8, localhost, ::1) are allowed"
-    )
+    anyhow::anyhow!("refusing to load-test {host:?}: only loopback targets (127.0.0.0/8, localhost, ::1) are allowed")
 }
 
 fn split_host_port(authority: &str) -> Result<(&str, u16)> {

@@ -1,22 +1,22 @@
 //! `POST /v1/chat/completions`, with `<think>` split into `reasoning_content` for chat
 //! templates that have a thinking switch.
 
+use crate::{ChatMessage, FinishReason, GeneratedToken, Prompt};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use crate::{ChatMessage, FinishReason, GeneratedToken, Prompt};
 use serde_json::{json, Map, Value};
 
+use super::chat_tools::{chat_message, delta_json, parse_tools, tool_calls_json, ToolUse};
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::format::{chat_logprobs, Extras};
-use super::chat_tools::{chat_message, delta_json, parse_tools, tool_calls_json, ToolUse};
 use super::params::{engine_request, parse_common, parse_logprobs, refuse_unknown, ParsedParams};
 use super::protocol::ChatRequest;
-use super::tool_calls::ToolCallStream;
 use super::reasoning::{ReasoningSplitter, Split};
 use super::state::AppState;
 use super::stream::{sse_response, usage_json, StreamFormat};
+use super::tool_calls::ToolCallStream;
 
 pub async fn chat_completions(
     State(state): State<AppState>,
@@ -104,12 +104,8 @@ pub(super) fn parse_chat(mut req: ChatRequest) -> Result<ParsedChat, ApiError> {
     let enable_thinking = req.chat_template_kwargs.as_ref().and_then(|k| k.enable_thinking).or(req.enable_thinking);
     parsed.params.enable_thinking = enable_thinking;
     let tools = parse_tools(req.tools, req.tool_choice, req.parallel_tool_calls, &mut parsed.params)?;
-    let messages = req
-        .messages
-        .into_iter()
-        .enumerate()
-        .map(|(i, m)| chat_message(i, m))
-        .collect::<Result<Vec<_>, _>>()?;
+    let messages =
+        req.messages.into_iter().enumerate().map(|(i, m)| chat_message(i, m)).collect::<Result<Vec<_>, _>>()?;
     if messages.is_empty() {
         return Err(ApiError::invalid_param("messages", "messages must not be empty"));
     }

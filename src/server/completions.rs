@@ -1,9 +1,9 @@
 //! `POST /v1/completions`.
 
+use crate::{FinishReason, GeneratedToken, Prompt};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use crate::{FinishReason, GeneratedToken, Prompt};
 use serde_json::{json, Map, Value};
 
 use super::error::ApiError;

@@ -1,10 +1,10 @@
 //! OpenAI-style error responses: `{"error": {"message", "type", "param", "code"}}` with a
 //! 4xx/5xx status. Every rejection the server makes goes through [`ApiError`].
 
+use crate::EngineError;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use crate::EngineError;
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone)]
@@ -80,8 +80,9 @@ impl From<EngineError> for ApiError {
                 Self::invalid_param("response_format", message).with_code("invalid_structured_output")
             }
             EngineError::Structured(_) => Self::internal(message),
-            EngineError::QueueFull(_) => Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
-                .with_code("queue_full"),
+            EngineError::QueueFull(_) => {
+                Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message).with_code("queue_full")
+            }
             // A prompt the tokenizer or the chat template cannot render is the client's input.
             EngineError::Tokenizer(_) => Self::bad_request(message),
             EngineError::ShutDown => Self::unavailable(message),

@@ -20,10 +20,8 @@ impl Extras {
     /// Adds `token_metrics` and `token_ids` for these tokens to a choice object.
     pub fn apply(&self, tokens: &[GeneratedToken], choice: &mut Map<String, Value>) {
         if self.return_metrics {
-            let metrics: Vec<Value> = tokens
-                .iter()
-                .map(|t| t.metrics.as_ref().map_or(Value::Null, |m| json!(m)))
-                .collect();
+            let metrics: Vec<Value> =
+                tokens.iter().map(|t| t.metrics.as_ref().map_or(Value::Null, |m| json!(m))).collect();
             choice.insert("token_metrics".into(), Value::Array(metrics));
         }
         if self.return_token_ids {
@@ -43,11 +41,8 @@ pub fn completion_logprobs(engine: &Engine, tokens: &[GeneratedToken], text_offs
         match &t.logprob {
             Some(lp) => {
                 lps.push(json!(lp.logprob));
-                let top: Map<String, Value> = lp
-                    .top_logprobs
-                    .iter()
-                    .map(|&(id, p)| (token_text(engine, id), json!(p)))
-                    .collect();
+                let top: Map<String, Value> =
+                    lp.top_logprobs.iter().map(|&(id, p)| (token_text(engine, id), json!(p))).collect();
                 tops.push(Value::Object(top));
             }
             None => {

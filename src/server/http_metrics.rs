@@ -54,8 +54,5 @@ pub async fn render(State(state): State<AppState>) -> ([(axum::http::HeaderName,
     let _ = writeln!(out, "# HELP entrobatch_server_draining 1 once shutdown has begun.");
     let _ = writeln!(out, "# TYPE entrobatch_server_draining gauge");
     let _ = writeln!(out, "entrobatch_server_draining {}", u8::from(state.is_draining()));
-    (
-        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        out,
-    )
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], out)
 }

@@ -28,11 +28,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::{Engine, ShutdownMode};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use crate::{Engine, ShutdownMode};
 use serde_json::json;
 use tokio::net::TcpListener;
 
@@ -104,7 +104,11 @@ pub async fn serve(
 }
 
 /// `serve` driven by SIGINT/SIGTERM: the first one drains, a second aborts at once.
-pub async fn serve_until_signal(listener: TcpListener, engine: Arc<Engine>, config: ServerConfig) -> std::io::Result<()> {
+pub async fn serve_until_signal(
+    listener: TcpListener,
+    engine: Arc<Engine>,
+    config: ServerConfig,
+) -> std::io::Result<()> {
     let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
     let abort_engine = engine.clone();
     let signals = tokio::spawn(async move {

@@ -98,7 +98,12 @@ pub fn parse_common(c: &mut CommonParams, logprobs: Option<usize>) -> Result<Par
 /// The engine request for `prompt`: the client's `max_tokens`, else the endpoint's default,
 /// where `None` means whatever room the prompt leaves (vLLM's chat default; the engine
 /// resolves it in `Engine::prepare`, since only it knows the prompt's length).
-pub fn engine_request(prompt: Prompt, mut params: GenerationParams, max_tokens: Option<usize>, default: Option<usize>) -> Request {
+pub fn engine_request(
+    prompt: Prompt,
+    mut params: GenerationParams,
+    max_tokens: Option<usize>,
+    default: Option<usize>,
+) -> Request {
     match max_tokens.or(default) {
         Some(n) => {
             params.max_tokens = n;
@@ -115,7 +120,9 @@ pub fn refuse_unknown(unknown: &serde_json::Map<String, serde_json::Value>) -> R
         None => Ok(()),
         Some(key) => Err(ApiError::invalid_param(
             key.as_str(),
-            format!("unsupported field `{key}`: this server does not implement it, and ignoring it could change the output"),
+            format!(
+                "unsupported field `{key}`: this server does not implement it, and ignoring it could change the output"
+            ),
         )
         .with_code("unsupported_field")),
     }
@@ -132,9 +139,8 @@ pub fn parse_logprobs(param: &'static str, value: Option<i64>) -> Result<Option<
 
 /// One prompt only: batched prompts would need one choice per prompt.
 pub fn completion_prompt(prompt: PromptField) -> Result<Prompt, ApiError> {
-    let one = |n: usize| {
-        ApiError::invalid_param("prompt", format!("exactly one prompt per request is supported, got {n}"))
-    };
+    let one =
+        |n: usize| ApiError::invalid_param("prompt", format!("exactly one prompt per request is supported, got {n}"));
     match prompt {
         PromptField::Text(t) => Ok(Prompt::Text(t)),
         PromptField::Ids(ids) => Ok(Prompt::TokenIds(ids)),

@@ -20,11 +20,7 @@ pub const PAGE: &str = include_str!("playground.html");
 
 /// `GET /`: the page. `no-cache` so a rebuilt server is never hidden behind a stale page.
 pub async fn page() -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")],
-        PAGE,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], PAGE).into_response()
 }
 
 /// `GET /playground/info`: the served model's id and which page features it supports.

@@ -92,7 +92,8 @@ pub fn common_field_names() -> &'static [String] {
 }
 
 /// Top-level fields accepted although they do not change the output (OpenAI bookkeeping).
-pub const INERT_FIELDS: [&str; 6] = ["user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"];
+pub const INERT_FIELDS: [&str; 6] =
+    ["user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"];
 
 /// `prompt`: text, one-element text list, token ids, or one-element list of token-id lists.
 #[derive(Debug, Deserialize)]

@@ -33,11 +33,8 @@ impl std::ops::Deref for AppState {
 impl AppState {
     pub fn new(engine: Arc<Engine>, served_model_name: Option<String>) -> Self {
         let model_id = served_model_name.unwrap_or_else(|| engine.info().model_name.clone());
-        let thinking_template = engine
-            .tokenizer()
-            .chat_template
-            .as_deref()
-            .is_some_and(|t| t.contains("enable_thinking"));
+        let thinking_template =
+            engine.tokenizer().chat_template.as_deref().is_some_and(|t| t.contains("enable_thinking"));
         Self(Arc::new(Inner {
             engine,
             model_id,

@@ -4,9 +4,9 @@
 
 use std::convert::Infallible;
 
+use crate::{Event, FinishReason, GeneratedToken, RequestHandle};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
-use crate::{Event, FinishReason, GeneratedToken, RequestHandle};
 use futures::StreamExt;
 use serde_json::{json, Value};
 

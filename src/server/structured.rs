@@ -71,9 +71,9 @@ fn response_format(format: Value) -> Result<Option<StructuredOutput>, ApiError> 
                 None => Ok(Some(StructuredOutput::JsonObject)),
             }
         }
-        Some(other) => Err(bad(format!(
-            "response_format type `{other}` is not supported (text, json_object or json_schema)"
-        ))),
+        Some(other) => {
+            Err(bad(format!("response_format type `{other}` is not supported (text, json_object or json_schema)")))
+        }
         None => Err(bad("response_format needs a string `type`".into())),
     }
 }

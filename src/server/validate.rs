@@ -10,8 +10,8 @@ use super::chat::parse_chat;
 use super::completions::{parse_completion, DEFAULT_MAX_TOKENS};
 use super::error::ApiError;
 use super::extract::decode_json_body;
-use super::protocol::{ChatRequest, CompletionRequest};
 use super::params::engine_request;
+use super::protocol::{ChatRequest, CompletionRequest};
 use super::state::AppState;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,5 +48,9 @@ pub fn validate_body(state: &AppState, endpoint: Endpoint, body: &[u8]) -> Resul
         }
     };
     let prepared = state.engine.prepare(request)?;
-    Ok(ValidatedRequest { prompt_token_ids: prepared.prompt_token_ids().to_vec(), params: prepared.params().clone(), stream })
+    Ok(ValidatedRequest {
+        prompt_token_ids: prepared.prompt_token_ids().to_vec(),
+        params: prepared.params().clone(),
+        stream,
+    })
 }

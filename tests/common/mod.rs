@@ -64,12 +64,12 @@ fn load_reference(path: &Path, arch: RefArch) -> RefModel {
     let mut file = std::fs::File::open(path).expect("open model");
     let content = gguf_file::Content::read(&mut file).expect("read gguf");
     match arch {
-        RefArch::Llama => RefModel::Llama(
-            quantized_llama::ModelWeights::from_gguf(content, &mut file, &Device::Cpu).expect("load"),
-        ),
-        RefArch::Qwen2 => RefModel::Qwen2(
-            quantized_qwen2::ModelWeights::from_gguf(content, &mut file, &Device::Cpu).expect("load"),
-        ),
+        RefArch::Llama => {
+            RefModel::Llama(quantized_llama::ModelWeights::from_gguf(content, &mut file, &Device::Cpu).expect("load"))
+        }
+        RefArch::Qwen2 => {
+            RefModel::Qwen2(quantized_qwen2::ModelWeights::from_gguf(content, &mut file, &Device::Cpu).expect("load"))
+        }
     }
 }
 
@@ -209,7 +209,8 @@ pub fn varied_prompt_ids(engine: &Engine) -> Vec<Vec<u32>> {
     varied_prompts()
         .iter()
         .map(|p| {
-            let mut ids = engine.tokenize_prompt(&Prompt::Text(p.clone()), &GenerationParams::default()).expect("tokenize");
+            let mut ids =
+                engine.tokenize_prompt(&Prompt::Text(p.clone()), &GenerationParams::default()).expect("tokenize");
             ids.truncate(200);
             ids
         })

@@ -10,18 +10,15 @@ use candle_core::{Device, Tensor};
 
 /// A fresh, per-process temp dir for the damaged copies.
 pub fn scratch_dir(name: &str) -> PathBuf {
-    let dir = entrobatch::model_runner::testing::unique_test_path(env!("CARGO_TARGET_TMPDIR"), &format!("faults-{name}"));
+    let dir =
+        entrobatch::model_runner::testing::unique_test_path(env!("CARGO_TARGET_TMPDIR"), &format!("faults-{name}"));
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }
 
 /// Reads `src` fully, lets `edit` change its metadata and tensors, writes the result to `dst`.
 /// Goes through candle's own reader and writer, so everything not edited stays valid.
-pub fn rewrite_gguf(
-    src: &Path,
-    dst: &Path,
-    edit: impl FnOnce(&mut Vec<(String, Value)>, &mut Vec<(String, QTensor)>),
-) {
+pub fn rewrite_gguf(src: &Path, dst: &Path, edit: impl FnOnce(&mut Vec<(String, Value)>, &mut Vec<(String, QTensor)>)) {
     let mut file = std::fs::File::open(src).expect("open source model");
     let content = gguf_file::Content::read(&mut file).expect("read source model");
     let mut metadata: Vec<(String, Value)> = content.metadata.clone().into_iter().collect();
@@ -74,10 +71,7 @@ pub fn with_tensor_type_id(src: &Path, dst: &Path, tensor: &str, type_id: u32) {
     let mut bytes = std::fs::read(src).expect("read model");
     let mut needle = (tensor.len() as u64).to_le_bytes().to_vec();
     needle.extend_from_slice(tensor.as_bytes());
-    let at = bytes
-        .windows(needle.len())
-        .position(|w| w == needle.as_slice())
-        .expect("tensor info present");
+    let at = bytes.windows(needle.len()).position(|w| w == needle.as_slice()).expect("tensor info present");
     let dims_at = at + needle.len();
     let n_dims = u32::from_le_bytes(bytes[dims_at..dims_at + 4].try_into().unwrap()) as usize;
     let type_at = dims_at + 4 + 8 * n_dims;

@@ -23,7 +23,10 @@ pub fn smollm2_path() -> PathBuf {
 
 /// A tiny random-weight model in a fresh temp dir.
 pub fn tiny_model(name: &str, context_length: usize) -> PathBuf {
-    let dir = entrobatch::model_runner::testing::unique_test_path(env!("CARGO_TARGET_TMPDIR"), &format!("server-test-{name}"));
+    let dir = entrobatch::model_runner::testing::unique_test_path(
+        env!("CARGO_TARGET_TMPDIR"),
+        &format!("server-test-{name}"),
+    );
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join(format!("{name}.gguf"));
     let spec = TinyModelSpec { context_length, ..TinyModelSpec::llama() };
@@ -56,11 +59,8 @@ impl TestServer {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let served = engine.clone();
         let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("runtime");
+            let runtime =
+                tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
                 addr_tx.send(listener.local_addr().expect("addr")).expect("send addr");

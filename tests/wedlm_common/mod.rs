@@ -19,7 +19,8 @@ pub const PROJ_STD: f32 = 0.3;
 pub const LAYERS: usize = 4;
 
 pub fn checkpoint(name: &str, spec: &TinyHfSpec) -> PathBuf {
-    let dir = entrobatch::model_runner::testing::unique_test_path(env!("CARGO_TARGET_TMPDIR"), &format!("wedlm-{name}"));
+    let dir =
+        entrobatch::model_runner::testing::unique_test_path(env!("CARGO_TARGET_TMPDIR"), &format!("wedlm-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
     write_tiny_hf(&dir, spec).expect("write tiny checkpoint");
     dir
@@ -62,12 +63,7 @@ pub fn wedlm_params(cfg: &WedlmConfig, max_tokens: usize) -> GenerationParams {
 }
 
 pub fn plain_params(max_tokens: usize) -> GenerationParams {
-    GenerationParams {
-        sampling: SamplingParams::greedy(),
-        max_tokens,
-        ignore_eos: true,
-        ..GenerationParams::default()
-    }
+    GenerationParams { sampling: SamplingParams::greedy(), max_tokens, ignore_eos: true, ..GenerationParams::default() }
 }
 
 pub fn wedlm(window_size: usize, entropy_threshold: Option<f32>, pos_penalty: f32) -> WedlmConfig {
@@ -188,11 +184,8 @@ pub fn entropy(logits: &[f32]) -> f64 {
 }
 
 fn select(entropy: &[f64], slots: &[usize], tau: Option<f32>, lambda: f32) -> Vec<usize> {
-    let adjusted: Vec<f64> = entropy
-        .iter()
-        .zip(slots)
-        .map(|(&h, &s)| h + lambda as f64 * (s - slots[0]) as f64)
-        .collect();
+    let adjusted: Vec<f64> =
+        entropy.iter().zip(slots).map(|(&h, &s)| h + lambda as f64 * (s - slots[0]) as f64).collect();
     if let Some(tau) = tau {
         let below: Vec<usize> = (0..adjusted.len()).filter(|&j| adjusted[j] < tau as f64).collect();
         if !below.is_empty() {

@@ -97,8 +97,7 @@ impl SequenceStrategy for EntropixStrategy {
                 step: output.len() as u64,
             },
             &self.config,
-        )
-        ?;
+        )?;
         if let Some(i) = Branch::ALL.iter().position(|&b| b == decision.branch) {
             self.branch_counts[i] += 1;
         }
@@ -121,11 +120,8 @@ impl SequenceStrategy for EntropixStrategy {
     }
 
     fn summary(&self) -> Option<serde_json::Value> {
-        let counts: serde_json::Map<String, serde_json::Value> = Branch::ALL
-            .iter()
-            .zip(self.branch_counts)
-            .map(|(b, n)| (b.as_str().to_string(), n.into()))
-            .collect();
+        let counts: serde_json::Map<String, serde_json::Value> =
+            Branch::ALL.iter().zip(self.branch_counts).map(|(b, n)| (b.as_str().to_string(), n.into())).collect();
         Some(serde_json::json!({ "strategy": "entropix", "entropix_branches": counts }))
     }
 }

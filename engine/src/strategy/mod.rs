@@ -13,9 +13,9 @@ use entrobatch_sampler::{SamplingParams, TokenMask};
 use serde::{Deserialize, Serialize};
 
 use crate::event::GeneratedToken;
-pub use error::StrategyError;
-pub use entropix::{find_pause_token, EntropixStrategy, PAUSE_TOKEN_TEXTS};
 pub use entrobatch_sampler::entropix::EntropixConfig;
+pub use entropix::{find_pause_token, EntropixStrategy, PAUSE_TOKEN_TEXTS};
+pub use error::StrategyError;
 pub use mti::{MtiConfig, MtiStrategy, TriggerStats};
 pub use plain::PlainStrategy;
 pub use wedlm::{WedlmConfig, WedlmStrategy};

@@ -22,12 +22,12 @@
 
 use std::borrow::Cow;
 
-use entrobatch_sampler::mti::{cfg_blend, guidance_triggers};
 use entrobatch_sampler::entropy_varentropy_nats;
+use entrobatch_sampler::mti::{cfg_blend, guidance_triggers};
 use serde::{Deserialize, Serialize};
 
 use super::plain::{sample_plain, PlainStrategy};
-use super::{ScratchRow, SequenceStrategy, StrategyError, SpanPlan, StrategyInput, StrategyOutput};
+use super::{ScratchRow, SequenceStrategy, SpanPlan, StrategyError, StrategyInput, StrategyOutput};
 use crate::event::{GeneratedToken, TokenMetrics};
 
 /// Per-request MTI settings.
@@ -280,7 +280,11 @@ impl TriggerStats {
     }
 
     pub fn rate(&self) -> f64 {
-        if self.tokens == 0 { 0.0 } else { self.triggered as f64 / self.tokens as f64 }
+        if self.tokens == 0 {
+            0.0
+        } else {
+            self.triggered as f64 / self.tokens as f64
+        }
     }
 }
 

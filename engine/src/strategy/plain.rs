@@ -39,11 +39,8 @@ pub(super) fn sample_plain(
         step: input.output_token_ids.len() as u64,
         mask: input.mask,
     })?;
-    let logprob = out.logprob.map(|logprob| TokenLogprob {
-        token_id: out.token_id,
-        logprob,
-        top_logprobs: out.top_logprobs,
-    });
+    let logprob =
+        out.logprob.map(|logprob| TokenLogprob { token_id: out.token_id, logprob, top_logprobs: out.top_logprobs });
     Ok((out.token_id, logprob))
 }
 

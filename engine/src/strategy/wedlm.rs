@@ -52,7 +52,10 @@ impl WedlmConfig {
         if let Some(t) = self.entropy_threshold {
             // +inf is allowed: every mask is filled every forward.
             if t.is_nan() || t < 0.0 {
-                return Err(StrategyError::config("wedlm", format!("entropy_threshold must be >= 0 (or none), got {t}")));
+                return Err(StrategyError::config(
+                    "wedlm",
+                    format!("entropy_threshold must be >= 0 (or none), got {t}"),
+                ));
             }
         }
         if !(self.pos_penalty.is_finite() && self.pos_penalty >= 0.0) {
@@ -182,7 +185,10 @@ impl SequenceStrategy for WedlmStrategy {
             let len = self.window_len(num_prompt, ctx);
             if len == 0 {
                 // Only reachable if the engine let `prompt + max_tokens` exceed the context.
-                return Err(StrategyError::internal("wedlm", "no room for a window before the context or max_tokens ends"));
+                return Err(StrategyError::internal(
+                    "wedlm",
+                    "no room for a window before the context or max_tokens ends",
+                ));
             }
             self.window = Some(vec![None; len]);
             return Ok(StrategyOutput { tokens: Vec::new(), next_scratch_rows: len });
@@ -193,11 +199,10 @@ impl SequenceStrategy for WedlmStrategy {
             return Ok(StrategyOutput { tokens: Vec::new(), next_scratch_rows: len });
         };
         if input.logits.len() != layout.mask_slots.len() {
-            return Err(StrategyError::internal("wedlm", format!(
-                "{} logits rows for {} masks",
-                input.logits.len(),
-                layout.mask_slots.len()
-            )));
+            return Err(StrategyError::internal(
+                "wedlm",
+                format!("{} logits rows for {} masks", input.logits.len(), layout.mask_slots.len()),
+            ));
         }
         let sampling = input.sampling;
         let mut entropy = Vec::with_capacity(input.logits.len());
@@ -208,12 +213,8 @@ impl SequenceStrategy for WedlmStrategy {
             let u = uniform(input.seed, self.forwards, (layout.ctx + slot) as u64);
             sampled.push(sample_mask_token(logits, sampling.temperature, sampling.top_k, sampling.top_p, u));
         }
-        let chosen = select_positions(
-            &entropy,
-            &layout.mask_slots,
-            self.config.entropy_threshold,
-            self.config.pos_penalty,
-        );
+        let chosen =
+            select_positions(&entropy, &layout.mask_slots, self.config.entropy_threshold, self.config.pos_penalty);
         for j in chosen {
             window[layout.mask_slots[j]] = Some(self.filled_token(input.logits[j], sampled[j], &input));
         }

@@ -50,13 +50,7 @@ impl StructuredBackend {
         // Verbose errors append the parser state (all text generated so far) and a dump of the
         // grammar to every runtime error: too much for a client-facing message or a log line.
         factory.limits_mut().verbose_errors = false;
-        Ok(Self {
-            inner: Arc::new(Inner {
-                factory,
-                vocab_size,
-                eos_token_ids,
-            }),
-        })
+        Ok(Self { inner: Arc::new(Inner { factory, vocab_size, eos_token_ids }) })
     }
 
     /// Length of the masks this backend produces (the logits row length).
@@ -87,11 +81,7 @@ impl StructuredBackend {
         for w in matcher.grammar_warnings() {
             tracing::debug!(kind = spec.kind(), "structured output grammar warning: {w}");
         }
-        Ok(Constraint::new(
-            matcher,
-            self.inner.vocab_size,
-            self.inner.eos_token_ids.clone(),
-        ))
+        Ok(Constraint::new(matcher, self.inner.vocab_size, self.inner.eos_token_ids.clone()))
     }
 }
 
@@ -104,19 +94,13 @@ const _: () = {
 /// The llguidance grammar for a spec.
 fn to_grammar(spec: &StructuredOutput) -> Result<TopLevelGrammar, StructuredError> {
     Ok(match spec {
-        StructuredOutput::JsonObject => {
-            TopLevelGrammar::from_json_schema(compact_schema(json!({"type": "object"}))?)
-        }
-        StructuredOutput::JsonSchema(schema) => {
-            TopLevelGrammar::from_json_schema(compact_schema(schema.clone())?)
-        }
+        StructuredOutput::JsonObject => TopLevelGrammar::from_json_schema(compact_schema(json!({"type": "object"}))?),
+        StructuredOutput::JsonSchema(schema) => TopLevelGrammar::from_json_schema(compact_schema(schema.clone())?),
         StructuredOutput::Regex(rx) => {
             // regex_to_lark only rewrites text, but it is not ours: guard it too.
             let rx = rx.clone();
-            llguidance::panic_utils::catch_unwind(AssertUnwindSafe(move || {
-                Ok(TopLevelGrammar::from_regex(&rx))
-            }))
-            .map_err(|e| StructuredError::InvalidRegex(e.to_string()))?
+            llguidance::panic_utils::catch_unwind(AssertUnwindSafe(move || Ok(TopLevelGrammar::from_regex(&rx))))
+                .map_err(|e| StructuredError::InvalidRegex(e.to_string()))?
         }
         StructuredOutput::Choice(options) => {
             if options.is_empty() {
@@ -131,10 +115,7 @@ fn to_grammar(spec: &StructuredOutput) -> Result<TopLevelGrammar, StructuredErro
 /// Lark grammar matching exactly one of `options`. Lark string literals are JSON strings
 /// (llguidance decodes them with serde_json), so JSON escaping quotes any text safely.
 pub(crate) fn choice_grammar(options: &[String]) -> String {
-    let alts: Vec<String> = options
-        .iter()
-        .map(|o| Value::String(o.clone()).to_string())
-        .collect();
+    let alts: Vec<String> = options.iter().map(|o| Value::String(o.clone()).to_string()).collect();
     format!("start: {}\n", alts.join(" | "))
 }
 
@@ -148,11 +129,7 @@ fn compact_schema(schema: Value) -> Result<Value, StructuredError> {
         Value::Object(o) => o,
         // `true` is the schema that accepts any JSON value.
         Value::Bool(true) => serde_json::Map::new(),
-        Value::Bool(false) => {
-            return Err(StructuredError::InvalidSchema(
-                "the schema `false` accepts no value".into(),
-            ))
-        }
+        Value::Bool(false) => return Err(StructuredError::InvalidSchema("the schema `false` accepts no value".into())),
         other => {
             return Err(StructuredError::InvalidSchema(format!(
                 "a JSON schema must be an object or a boolean, got {other}"
@@ -166,8 +143,8 @@ fn compact_schema(schema: Value) -> Result<Value, StructuredError> {
     };
     opts.whitespace_flexible = false;
     opts.whitespace_pattern = None;
-    let opts = serde_json::to_value(&opts)
-        .map_err(|e| StructuredError::Internal(format!("x-guidance options: {e}")))?;
+    let opts =
+        serde_json::to_value(&opts).map_err(|e| StructuredError::Internal(format!("x-guidance options: {e}")))?;
     obj.insert("x-guidance".into(), opts);
     Ok(Value::Object(obj))
 }
@@ -194,25 +171,9 @@ mod tests {
         assert_eq!(g["whitespace_pattern"], Value::Null);
         assert_eq!(g["lenient"], json!(true));
         assert_eq!(s["type"], json!("object"));
-        assert!(matches!(
-            compact_schema(json!(false)),
-            Err(StructuredError::InvalidSchema(_))
-        ));
-        assert!(matches!(
-            compact_schema(json!(3)),
-            Err(StructuredError::InvalidSchema(_))
-        ));
-        assert!(matches!(
-            compact_schema(json!({"x-guidance": {"bogus": 1}})),
-            Err(StructuredError::InvalidSchema(_))
-        ));
-        assert_eq!(
-            compact_schema(json!(true))
-                .unwrap()
-                .as_object()
-                .unwrap()
-                .len(),
-            1
-        );
+        assert!(matches!(compact_schema(json!(false)), Err(StructuredError::InvalidSchema(_))));
+        assert!(matches!(compact_schema(json!(3)), Err(StructuredError::InvalidSchema(_))));
+        assert!(matches!(compact_schema(json!({"x-guidance": {"bogus": 1}})), Err(StructuredError::InvalidSchema(_))));
+        assert_eq!(compact_schema(json!(true)).unwrap().as_object().unwrap().len(), 1);
     }
 }

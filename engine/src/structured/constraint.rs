@@ -73,12 +73,10 @@ impl Constraint {
             return Ok(());
         }
         let t0 = Instant::now();
-        let vob = self.matcher.compute_mask().map_err(|e| {
-            StructuredError::Internal(format!(
-                "computing the token mask: {}",
-                clean(e.to_string())
-            ))
-        })?;
+        let vob = self
+            .matcher
+            .compute_mask()
+            .map_err(|e| StructuredError::Internal(format!("computing the token mask: {}", clean(e.to_string()))))?;
         // Same word layout, and the trie was built with exactly the row's length: a straight
         // copy. Words the source lacks mean "not allowed".
         let src = vob.as_slice();
@@ -94,22 +92,13 @@ impl Constraint {
     /// Advance on a committed token (any EOS id when the grammar accepts ends it). A token
     /// the grammar does not allow here is `Rejected` and leaves the state unchanged.
     pub fn commit(&mut self, token_id: u32) -> Result<(), StructuredError> {
-        let reject = |reason: &str| {
-            Err(StructuredError::Rejected {
-                token_id,
-                reason: reason.to_string(),
-            })
-        };
+        let reject = |reason: &str| Err(StructuredError::Rejected { token_id, reason: reason.to_string() });
         if token_id as usize >= self.mask.len() {
             return reject("token id is outside the vocabulary");
         }
         let is_eos = self.eos_token_ids.contains(&token_id);
         if self.ended {
-            return if is_eos {
-                Ok(())
-            } else {
-                reject("the output already ended with EOS")
-            };
+            return if is_eos { Ok(()) } else { reject("the output already ended with EOS") };
         }
         if let Some(e) = self.matcher.get_error() {
             return Err(StructuredError::Internal(clean(e)));
@@ -128,9 +117,10 @@ impl Constraint {
         } else {
             // No mask computed for this step (e.g. a forced token): check without advancing,
             // so a rejected token cannot put the matcher into its error state.
-            let n = self.matcher.validate_tokens(&[token_id]).map_err(|e| {
-                StructuredError::Internal(format!("validating a token: {}", clean(e.to_string())))
-            })?;
+            let n = self
+                .matcher
+                .validate_tokens(&[token_id])
+                .map_err(|e| StructuredError::Internal(format!("validating a token: {}", clean(e.to_string()))))?;
             n == 1
         };
         if !allowed {
@@ -140,12 +130,9 @@ impl Constraint {
                 "the grammar does not allow this token here"
             });
         }
-        self.matcher.consume_token(token_id).map_err(|e| {
-            StructuredError::Internal(format!(
-                "committing token {token_id}: {}",
-                clean(e.to_string())
-            ))
-        })?;
+        self.matcher
+            .consume_token(token_id)
+            .map_err(|e| StructuredError::Internal(format!("committing token {token_id}: {}", clean(e.to_string()))))?;
         self.mask_valid = false;
         if is_eos {
             self.ended = true;

@@ -37,13 +37,9 @@ impl StructuredOutput {
     /// Wraps a compile error from llguidance in the variant that names what was wrong.
     pub(crate) fn compile_error(&self, msg: String) -> StructuredError {
         match self {
-            StructuredOutput::JsonObject | StructuredOutput::JsonSchema(_) => {
-                StructuredError::InvalidSchema(msg)
-            }
+            StructuredOutput::JsonObject | StructuredOutput::JsonSchema(_) => StructuredError::InvalidSchema(msg),
             StructuredOutput::Regex(_) => StructuredError::InvalidRegex(msg),
-            StructuredOutput::Choice(_) | StructuredOutput::Lark(_) => {
-                StructuredError::InvalidGrammar(msg)
-            }
+            StructuredOutput::Choice(_) | StructuredOutput::Lark(_) => StructuredError::InvalidGrammar(msg),
         }
     }
 }
@@ -96,19 +92,10 @@ mod tests {
     fn serde_shape() {
         let cases = [
             (StructuredOutput::JsonObject, json!("json_object")),
-            (
-                StructuredOutput::JsonSchema(json!({"type": "integer"})),
-                json!({"json_schema": {"type": "integer"}}),
-            ),
+            (StructuredOutput::JsonSchema(json!({"type": "integer"})), json!({"json_schema": {"type": "integer"}})),
             (StructuredOutput::Regex("a+".into()), json!({"regex": "a+"})),
-            (
-                StructuredOutput::Choice(vec!["x".into(), "y".into()]),
-                json!({"choice": ["x", "y"]}),
-            ),
-            (
-                StructuredOutput::Lark("start: \"a\"".into()),
-                json!({"lark": "start: \"a\""}),
-            ),
+            (StructuredOutput::Choice(vec!["x".into(), "y".into()]), json!({"choice": ["x", "y"]})),
+            (StructuredOutput::Lark("start: \"a\"".into()), json!({"lark": "start: \"a\""})),
         ];
         for (spec, want) in cases {
             assert_eq!(serde_json::to_value(&spec).unwrap(), want);
@@ -122,10 +109,7 @@ mod tests {
         assert!(StructuredError::EmptyChoice.is_client_error());
         assert!(StructuredError::InvalidRegex("x".into()).is_client_error());
         assert!(!StructuredError::Internal("x".into()).is_client_error());
-        let r = StructuredError::Rejected {
-            token_id: 1,
-            reason: "r".into(),
-        };
+        let r = StructuredError::Rejected { token_id: 1, reason: "r".into() };
         assert!(!r.is_client_error());
     }
 }

@@ -15,17 +15,14 @@ pub(super) const SMOLLM2_VOCAB: usize = 49152;
 pub(super) fn tokenizer() -> Option<&'static GgufTokenizer> {
     static TOK: OnceLock<Option<GgufTokenizer>> = OnceLock::new();
     TOK.get_or_init(|| {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("..")
-            .join("models")
-            .join("SmolLM2-135M-Instruct.Q4_1.gguf");
+        let path =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("models").join("SmolLM2-135M-Instruct.Q4_1.gguf");
         if !path.exists() {
             eprintln!("SKIP: model file {} not found", path.display());
             return None;
         }
         let mut f = std::fs::File::open(&path).expect("open GGUF");
-        let content =
-            candle_core::quantized::gguf_file::Content::read(&mut f).expect("read GGUF header");
+        let content = candle_core::quantized::gguf_file::Content::read(&mut f).expect("read GGUF header");
         Some(GgufTokenizer::from_gguf(&content).expect("tokenizer from GGUF"))
     })
     .as_ref()

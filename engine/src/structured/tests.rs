@@ -53,11 +53,7 @@ fn valid_instance_passes_token_by_token() {
     for &eos in &tok.eos_token_ids {
         assert!(m.allows(eos));
     }
-    assert_eq!(
-        m.count_allowed(),
-        tok.eos_token_ids.len(),
-        "only EOS after the end"
-    );
+    assert_eq!(m.count_allowed(), tok.eos_token_ids.len(), "only EOS after the end");
     c.commit(tok.eos_token_ids[0]).unwrap();
     assert!(c.is_finished());
 }
@@ -76,10 +72,7 @@ fn required_fields_cannot_be_skipped() {
     for id in m.allowed_ids() {
         let t = tok.decode(&[id], false).unwrap();
         assert!(!t.contains('}'), "{t:?} allowed");
-        assert!(
-            ",\"age".starts_with(&t) || t.starts_with(",\"age"),
-            "{t:?} allowed"
-        );
+        assert!(",\"age".starts_with(&t) || t.starts_with(",\"age"), "{t:?} allowed");
     }
 }
 
@@ -102,37 +95,23 @@ fn json_object_accepts_any_object_only() {
 #[test]
 fn eos_allowed_exactly_when_accepting() {
     let Some(tok) = tokenizer() else { return };
-    let mut c = compile(&StructuredOutput::JsonSchema(
-        json!({"type": "integer", "minimum": 0, "maximum": 999}),
-    ));
+    let mut c = compile(&StructuredOutput::JsonSchema(json!({"type": "integer", "minimum": 0, "maximum": 999})));
     let eos = tok.eos_token_ids.clone();
     assert!(eos.len() >= 2, "SmolLM2 has <|im_end|> and <|endoftext|>");
     let m = c.mask().unwrap();
-    assert!(
-        eos.iter().all(|&e| !m.allows(e)),
-        "empty output is not an integer"
-    );
+    assert!(eos.iter().all(|&e| !m.allows(e)), "empty output is not an integer");
     let seven = tok.encode("7", false).unwrap();
     assert_eq!(seven.len(), 1);
     // EOS now is rejected and leaves the state usable.
-    assert!(matches!(
-        c.commit(eos[0]),
-        Err(StructuredError::Rejected { .. })
-    ));
+    assert!(matches!(c.commit(eos[0]), Err(StructuredError::Rejected { .. })));
     c.commit(seven[0]).unwrap();
     assert!(!c.is_finished(), "77 could still follow");
     let m = c.mask().unwrap();
-    assert!(
-        eos.iter().all(|&e| m.allows(e)),
-        "every EOS id once accepting"
-    );
+    assert!(eos.iter().all(|&e| m.allows(e)), "every EOS id once accepting");
     assert!(m.allows(seven[0]));
     c.commit(eos[1]).unwrap();
     assert!(c.is_finished());
-    assert!(matches!(
-        c.commit(seven[0]),
-        Err(StructuredError::Rejected { .. })
-    ));
+    assert!(matches!(c.commit(seven[0]), Err(StructuredError::Rejected { .. })));
 }
 
 #[test]
@@ -190,44 +169,20 @@ fn invalid_specs_are_typed_errors() {
         }
     };
     let schema = |v| err(StructuredOutput::JsonSchema(v));
-    assert!(matches!(
-        schema(json!({"type": "nonsense"})),
-        StructuredError::InvalidSchema(_)
-    ));
-    assert!(matches!(
-        schema(json!(42)),
-        StructuredError::InvalidSchema(_)
-    ));
-    assert!(matches!(
-        schema(json!(false)),
-        StructuredError::InvalidSchema(_)
-    ));
+    assert!(matches!(schema(json!({"type": "nonsense"})), StructuredError::InvalidSchema(_)));
+    assert!(matches!(schema(json!(42)), StructuredError::InvalidSchema(_)));
+    assert!(matches!(schema(json!(false)), StructuredError::InvalidSchema(_)));
     assert!(matches!(
         schema(json!({"type": "string", "minLength": 5, "maxLength": 2})),
         StructuredError::InvalidSchema(_)
     ));
-    assert!(matches!(
-        schema(json!({"$ref": "#/$defs/missing"})),
-        StructuredError::InvalidSchema(_)
-    ));
-    assert!(matches!(
-        err(StructuredOutput::Regex("(".into())),
-        StructuredError::InvalidRegex(_)
-    ));
-    assert!(matches!(
-        err(StructuredOutput::Regex("[z-a]".into())),
-        StructuredError::InvalidRegex(_)
-    ));
+    assert!(matches!(schema(json!({"$ref": "#/$defs/missing"})), StructuredError::InvalidSchema(_)));
+    assert!(matches!(err(StructuredOutput::Regex("(".into())), StructuredError::InvalidRegex(_)));
+    assert!(matches!(err(StructuredOutput::Regex("[z-a]".into())), StructuredError::InvalidRegex(_)));
     for g in ["start: foo", "this is ((( not lark", ""] {
-        assert!(matches!(
-            err(StructuredOutput::Lark(g.into())),
-            StructuredError::InvalidGrammar(_)
-        ));
+        assert!(matches!(err(StructuredOutput::Lark(g.into())), StructuredError::InvalidGrammar(_)));
     }
-    assert!(matches!(
-        err(StructuredOutput::Choice(vec![])),
-        StructuredError::EmptyChoice
-    ));
+    assert!(matches!(err(StructuredOutput::Choice(vec![])), StructuredError::EmptyChoice));
 }
 
 #[test]
@@ -238,28 +193,18 @@ fn mask_covers_ids_past_the_tokenizer() {
     assert_eq!(b.vocab_size(), row);
     assert!(StructuredBackend::new(tok, SMOLLM2_VOCAB - 1).is_err());
     // A string admits nearly every text token: a permissive mask exercises the skip path.
-    let mut c = b
-        .compile(&StructuredOutput::JsonSchema(json!({"type": "string"})))
-        .unwrap();
+    let mut c = b.compile(&StructuredOutput::JsonSchema(json!({"type": "string"}))).unwrap();
     c.commit(tok.encode("\"", false).unwrap()[0]).unwrap();
     let m = c.mask().unwrap().clone();
     assert_eq!(m.len(), row);
-    assert!(
-        m.count_allowed() > SMOLLM2_VOCAB / 2,
-        "{}",
-        m.count_allowed()
-    );
+    assert!(m.count_allowed() > SMOLLM2_VOCAB / 2, "{}", m.count_allowed());
     for id in SMOLLM2_VOCAB..row {
         assert!(!m.allows(id as u32));
     }
     let mut logits: Vec<f32> = (0..row).map(|i| (i % 97) as f32).collect();
     m.apply(&mut logits);
     for (i, &l) in logits.iter().enumerate() {
-        let want = if m.allows(i as u32) {
-            (i % 97) as f32
-        } else {
-            f32::NEG_INFINITY
-        };
+        let want = if m.allows(i as u32) { (i % 97) as f32 } else { f32::NEG_INFINITY };
         assert_eq!(l, want, "id {i}");
     }
     let pick = m.argmax_allowed(&logits).unwrap();

@@ -2,7 +2,6 @@
 
 use std::time::{Duration, Instant};
 
-
 use super::test_util::{backend, tokenizer};
 use super::{Constraint, StructuredBackend, StructuredOutput};
 
@@ -28,10 +27,7 @@ fn report_compile_and_mask_time() {
     };
     let t = Instant::now();
     let _fresh = StructuredBackend::new(tok, tok.vocab_size).unwrap();
-    eprintln!(
-        "structured timing: backend (trie + factory) {:?}",
-        t.elapsed()
-    );
+    eprintln!("structured timing: backend (trie + factory) {:?}", t.elapsed());
     let cases = [
         (
             "person schema",

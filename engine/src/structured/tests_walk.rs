@@ -22,19 +22,12 @@ fn walk(spec: &StructuredOutput, seed: u64) -> String {
         if c.is_finished() {
             break;
         }
-        assert!(
-            ids.len() < HARD_LIMIT,
-            "{spec:?} seed {seed}: no end in sight"
-        );
-        let m = c
-            .mask()
-            .unwrap_or_else(|e| panic!("{spec:?} seed {seed}: {e}"));
+        assert!(ids.len() < HARD_LIMIT, "{spec:?} seed {seed}: no end in sight");
+        let m = c.mask().unwrap_or_else(|e| panic!("{spec:?} seed {seed}: {e}"));
         let allowed: Vec<u32> = m.allowed_ids().collect();
         assert!(!allowed.is_empty());
         let eos = tok.eos_token_ids.iter().copied().find(|&e| m.allows(e));
-        let (eos_ok, text_ok): (Vec<u32>, Vec<u32>) = allowed
-            .iter()
-            .partition(|id| tok.eos_token_ids.contains(id));
+        let (eos_ok, text_ok): (Vec<u32>, Vec<u32>) = allowed.iter().partition(|id| tok.eos_token_ids.contains(id));
         // EOS is allowed as a whole set or not at all.
         assert!(eos_ok.is_empty() || eos_ok.len() == tok.eos_token_ids.len());
         for &id in &text_ok {
@@ -49,8 +42,7 @@ fn walk(spec: &StructuredOutput, seed: u64) -> String {
             }
         }
         let pick = text_ok[rng.below(text_ok.len())];
-        c.commit(pick)
-            .unwrap_or_else(|e| panic!("{spec:?} seed {seed}: {e}"));
+        c.commit(pick).unwrap_or_else(|e| panic!("{spec:?} seed {seed}: {e}"));
         ids.push(pick);
     }
     assert!(c.is_finished());
@@ -62,8 +54,8 @@ fn check_json_walks(schema: Value) {
     let spec = StructuredOutput::JsonSchema(schema.clone());
     for seed in 0..WALKS {
         let text = walk(&spec, seed);
-        let v: Value = serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("{schema}: seed {seed}: {text:?} is not JSON: {e}"));
+        let v: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{schema}: seed {seed}: {text:?} is not JSON: {e}"));
         if let Err(e) = validator.validate(&v) {
             panic!("{schema}: seed {seed}: {text:?} fails the schema: {e}");
         }
@@ -136,11 +128,7 @@ fn walk_regex() {
     if tokenizer().is_none() {
         return;
     }
-    for rx in [
-        r"[a-c]{1,3}(x|yz)?[0-9]{2}",
-        r"\d{3}-\d{4}",
-        r"(true|false|maybe) [A-Z][a-z]{0,4}",
-    ] {
+    for rx in [r"[a-c]{1,3}(x|yz)?[0-9]{2}", r"\d{3}-\d{4}", r"(true|false|maybe) [A-Z][a-z]{0,4}"] {
         let full = regex::Regex::new(&format!("^(?:{rx})$")).unwrap();
         let spec = StructuredOutput::Regex(rx.into());
         for seed in 0..WALKS {
@@ -157,18 +145,8 @@ fn walk_choice() {
     }
     // Shared prefixes ("no" / "none" / "nonsense"): EOS must be allowed mid-way exactly
     // where a choice ends.
-    let choices: Vec<String> = [
-        "no",
-        "none",
-        "nonsense",
-        "yes",
-        "maybe later",
-        "🦀 crab",
-        "a\"b",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let choices: Vec<String> =
+        ["no", "none", "nonsense", "yes", "maybe later", "🦀 crab", "a\"b"].iter().map(|s| s.to_string()).collect();
     let spec = StructuredOutput::Choice(choices.clone());
     let mut seen = std::collections::HashSet::new();
     for seed in 0..WALKS * 3 {
@@ -176,10 +154,7 @@ fn walk_choice() {
         assert!(choices.contains(&text), "seed {seed}: {text:?}");
         seen.insert(text);
     }
-    assert!(
-        seen.len() >= 3,
-        "walks should reach several choices: {seen:?}"
-    );
+    assert!(seen.len() >= 3, "walks should reach several choices: {seen:?}");
 }
 
 #[test]

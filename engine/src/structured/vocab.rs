@@ -31,17 +31,10 @@ impl GgufTokEnv {
                 "vocabulary of {vocab_size} tokens is too large"
             )));
         }
-        let eos: Vec<u32> = tok
-            .eos_token_ids
-            .iter()
-            .copied()
-            .filter(|&id| (id as usize) < n_tok)
-            .collect();
+        let eos: Vec<u32> = tok.eos_token_ids.iter().copied().filter(|&id| (id as usize) < n_tok).collect();
         if eos.is_empty() {
             // llguidance ends a grammar by allowing EOS; without one nothing could finish.
-            return Err(StructuredError::UnsupportedTokenizer(
-                "the tokenizer defines no EOS token".into(),
-            ));
+            return Err(StructuredError::UnsupportedTokenizer("the tokenizer defines no EOS token".into()));
         }
         let byte_of = byte_decoder();
         let mut words: Vec<Vec<u8>> = Vec::with_capacity(vocab_size);
@@ -52,9 +45,7 @@ impl GgufTokEnv {
                 // Control tokens (EOS, <|im_start|>, ...) get toktrie's special marker so no
                 // text grammar can ever produce them; EOS is re-admitted by llguidance itself
                 // exactly when the grammar may end.
-                Some(t) if tok.is_special(id) || !is_text_type(tok.token_type(id)) => {
-                    special_word(&t)
-                }
+                Some(t) if tok.is_special(id) || !is_text_type(tok.token_type(id)) => special_word(&t),
                 // User-defined added tokens (e.g. Qwen's `<tool_call>`) are stored as plain
                 // text, not in the byte-level alphabet, and decode to that text.
                 Some(t) if tok.token_type(id) == Some(token_type::USER_DEFINED) => t.into_bytes(),
@@ -85,19 +76,13 @@ impl GgufTokEnv {
             )));
         }
         if undecodable > 0 {
-            tracing::warn!(
-                undecodable,
-                "structured outputs: tokens outside the byte-level alphabet are never allowed"
-            );
+            tracing::warn!(undecodable, "structured outputs: tokens outside the byte-level alphabet are never allowed");
         }
         let mut info = TokRxInfo::new(vocab_size as u32, eos[0]);
         info.tok_bos = tok.bos_token_id;
         // TokTrie::from and with_eos_tokens assert on these; both were checked above.
         let trie = TokTrie::from(&info, &words).with_eos_tokens(&eos);
-        Ok(Self {
-            tokenizer: tok.tokenizer.clone(),
-            trie,
-        })
+        Ok(Self { tokenizer: tok.tokenizer.clone(), trie })
     }
 }
 
@@ -111,22 +96,15 @@ impl TokenizerEnv for GgufTokEnv {
     /// which the grammar (working on bytes) would then reject; such text, and anything the
     /// tokenizer fails on, falls back to the trie's greedy tokenization.
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
-        self.trie.tokenize_with_greedy_fallback(s, |text| {
-            match self.tokenizer.encode(text, false) {
-                Ok(enc) if !enc.get_ids().iter().any(|&t| self.trie.is_special_token(t)) => {
-                    enc.get_ids().to_vec()
-                }
-                _ => self.trie.greedy_tokenize(text.as_bytes()),
-            }
+        self.trie.tokenize_with_greedy_fallback(s, |text| match self.tokenizer.encode(text, false) {
+            Ok(enc) if !enc.get_ids().iter().any(|&t| self.trie.is_special_token(t)) => enc.get_ids().to_vec(),
+            _ => self.trie.greedy_tokenize(text.as_bytes()),
         })
     }
 }
 
 fn is_text_type(t: Option<i32>) -> bool {
-    matches!(
-        t,
-        None | Some(token_type::NORMAL) | Some(token_type::USER_DEFINED) | Some(token_type::BYTE)
-    )
+    matches!(t, None | Some(token_type::NORMAL) | Some(token_type::USER_DEFINED) | Some(token_type::BYTE))
 }
 
 fn parse_byte(t: &str) -> Option<u8> {

@@ -27,10 +27,7 @@ impl QuantizedRows {
     /// Row `r`'s values as the kernel sees them (`d * q`), for reference computations.
     pub fn dequantize_row(&self, r: usize) -> Vec<f32> {
         let q = &self.quants[r * self.in_features..(r + 1) * self.in_features];
-        q.iter()
-            .enumerate()
-            .map(|(j, &v)| self.scales[r * self.blocks + j / BLOCK] * v as f32)
-            .collect()
+        q.iter().enumerate().map(|(j, &v)| self.scales[r * self.blocks + j / BLOCK] * v as f32).collect()
     }
 }
 
@@ -41,10 +38,8 @@ pub fn quantize_rows(x: &[f32], rows: usize, in_features: usize) -> QuantizedRow
     let mut quants = vec![0i8; rows * in_features];
     let mut scales = vec![0.0f32; rows * blocks];
     let mut sums = vec![0.0f32; rows * blocks];
-    for ((xb, qb), (d_out, s_out)) in x
-        .chunks_exact(BLOCK)
-        .zip(quants.chunks_exact_mut(BLOCK))
-        .zip(scales.iter_mut().zip(sums.iter_mut()))
+    for ((xb, qb), (d_out, s_out)) in
+        x.chunks_exact(BLOCK).zip(quants.chunks_exact_mut(BLOCK)).zip(scales.iter_mut().zip(sums.iter_mut()))
     {
         let (d, sum) = simd::quantize_block(xb, qb);
         *d_out = d;
@@ -104,7 +99,8 @@ mod simd {
         #[target_feature(enable = "avx2")]
         pub(super) unsafe fn quantize_block(xb: &[f32], qb: &mut [i8]) -> (f32, i32) {
             let p = xb.as_ptr();
-            let v = [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))];
+            let v =
+                [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))];
             let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
             // `max(a, acc)` returns `acc` when `a` is NaN, so NaN is skipped as `f32::max` does.
             let mut m = _mm256_setzero_ps();

@@ -90,9 +90,7 @@ pub(crate) fn decode(format: &Format, b: &[u8], sub: usize) -> Block32 {
             let d = half(b, 0);
             Block32 { q: with_high_bits(nibbles(&b[6..22]), &b[2..6]), d, m: -16.0 * d }
         }
-        GgmlDType::Q5_1 => {
-            Block32 { q: with_high_bits(nibbles(&b[8..24]), &b[4..8]), d: half(b, 0), m: half(b, 2) }
-        }
+        GgmlDType::Q5_1 => Block32 { q: with_high_bits(nibbles(&b[8..24]), &b[4..8]), d: half(b, 0), m: half(b, 2) },
         GgmlDType::Q8_0 => {
             let mut q = [0u8; BLOCK];
             q.copy_from_slice(&b[2..34]);

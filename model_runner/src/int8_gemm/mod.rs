@@ -63,12 +63,7 @@ pub fn matmul(weight: &PackedWeight, x: &[f32], rows: usize) -> Result<Vec<f32>,
     matmul_with(weight, x, rows, Backend::Auto)
 }
 
-pub fn matmul_with(
-    weight: &PackedWeight,
-    x: &[f32],
-    rows: usize,
-    backend: Backend,
-) -> Result<Vec<f32>, Int8GemmError> {
+pub fn matmul_with(weight: &PackedWeight, x: &[f32], rows: usize, backend: Backend) -> Result<Vec<f32>, Int8GemmError> {
     Ok(matmul_many_with(&[weight], x, rows, backend)?.pop().unwrap_or_default())
 }
 

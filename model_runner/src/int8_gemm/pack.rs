@@ -203,7 +203,11 @@ impl QuantKind {
     }
 
     fn quant_mask(self) -> u8 {
-        if self == QuantKind::Nibble { 0x0F } else { 0xFF }
+        if self == QuantKind::Nibble {
+            0x0F
+        } else {
+            0xFF
+        }
     }
 }
 

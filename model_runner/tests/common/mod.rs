@@ -12,10 +12,7 @@ pub const QWEN25_CODER: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 /// Path of a model under the workspace's `models/`, or `None` (with a note) when absent so
 /// the calling test can skip.
 pub fn model_path(file: &str) -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("models")
-        .join(file);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("models").join(file);
     if p.exists() {
         Some(p)
     } else {

@@ -38,18 +38,13 @@ pub struct Candidate {
 }
 
 /// The documented score of a candidate with raw log-probability `logprob` (nats).
-pub fn candidate_score(
-    cfg: &EntropixConfig,
-    logprob: f32,
-    logit: &LogitStats,
-    attn: &AttentionStats,
-) -> f32 {
+pub fn candidate_score(cfg: &EntropixConfig, logprob: f32, logit: &LogitStats, attn: &AttentionStats) -> f32 {
     let logprob = f64::from(logprob);
     let surprisal = -logprob / std::f64::consts::LN_2;
     let deviation = surprisal - f64::from(logit.entropy);
     let w = |x: f32| f64::from(x);
-    let per_sample = w(cfg.ada_score_logits_ent) * (1.0 - surprisal)
-        + w(cfg.ada_score_logits_vent) * (1.0 - deviation * deviation);
+    let per_sample =
+        w(cfg.ada_score_logits_ent) * (1.0 - surprisal) + w(cfg.ada_score_logits_vent) * (1.0 - deviation * deviation);
     let shared = w(cfg.ada_score_attn_ent) * (1.0 - w(attn.entropy))
         + w(cfg.ada_score_attn_vent) * (1.0 - w(attn.varentropy))
         + w(cfg.ada_score_agree) * w(attn.agreement)

@@ -56,14 +56,8 @@ pub enum Branch {
 }
 
 impl Branch {
-    pub const ALL: [Branch; 6] = [
-        Branch::Argmax,
-        Branch::Pause,
-        Branch::PauseSample,
-        Branch::Explore,
-        Branch::Resample,
-        Branch::Adaptive,
-    ];
+    pub const ALL: [Branch; 6] =
+        [Branch::Argmax, Branch::Pause, Branch::PauseSample, Branch::Explore, Branch::Resample, Branch::Adaptive];
 
     /// The name used in token metrics, JSON output and plots.
     pub fn as_str(self) -> &'static str {

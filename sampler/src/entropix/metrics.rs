@@ -4,7 +4,6 @@
 
 use serde::{Deserialize, Serialize};
 
-
 const LN_2: f64 = std::f64::consts::LN_2;
 
 /// Entropy `H = E[-log2 p]` (bits) and varentropy `Var[-log2 p]` (bits^2) of `softmax(logits)`.
@@ -62,10 +61,7 @@ pub(crate) fn row_moments(logits: &[f32]) -> RowMoments {
     }
     let log_z = z.ln();
     RowMoments {
-        stats: LogitStats {
-            entropy: ((log_z - mean) / LN_2) as f32,
-            varentropy: (second / z / (LN_2 * LN_2)) as f32,
-        },
+        stats: LogitStats { entropy: ((log_z - mean) / LN_2) as f32, varentropy: (second / z / (LN_2 * LN_2)) as f32 },
         max,
         log_z,
     }

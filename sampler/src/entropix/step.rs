@@ -5,8 +5,8 @@ use super::branch::{classify, Branch, Quadrant};
 use super::config::EntropixConfig;
 use super::filters::{adaptive_filter, explore_filter, pause_sample_filter, resample_filter};
 use super::metrics::{row_moments, AttentionStats, LogitStats};
-use crate::error::SamplerError;
 use super::shortlist::draw_one;
+use crate::error::SamplerError;
 use crate::filter::{argmax, FilterConfig};
 use crate::rng::uniform;
 
@@ -46,10 +46,7 @@ pub struct EntropixDecision {
 }
 
 /// Chooses one token with the v1 quadrants (first match wins, see `classify`).
-pub fn entropix_sample(
-    input: &EntropixInput<'_>,
-    cfg: &EntropixConfig,
-) -> Result<EntropixDecision, SamplerError> {
+pub fn entropix_sample(input: &EntropixInput<'_>, cfg: &EntropixConfig) -> Result<EntropixDecision, SamplerError> {
     let logits = input.logits;
     if logits.is_empty() {
         return Err(SamplerError::EmptyLogits);
@@ -67,9 +64,7 @@ pub fn entropix_sample(
     let raw_logprob = |t: u32| logits.get(t as usize).map_or(f32::NEG_INFINITY, |&l| moments.logprob(l));
     let single = |filter: FilterConfig| draw_one(draw_logits, &filter, uniform(input.seed, input.step, 0), None);
 
-    let pause = input
-        .pause_token
-        .filter(|&p| (p as usize) < logits.len() && input.previous_token != Some(p));
+    let pause = input.pause_token.filter(|&p| (p as usize) < logits.len() && input.previous_token != Some(p));
     let (token_id, branch, filter, candidates) = match classify(&logit, cfg) {
         Quadrant::Lelv => (argmax(draw_logits), Branch::Argmax, None, Vec::new()),
         Quadrant::Helv => match pause {
@@ -106,4 +101,3 @@ pub fn entropix_sample(
         logprob: raw_logprob(token_id),
     })
 }
-

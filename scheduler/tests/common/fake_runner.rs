@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use entrobatch_scheduler::{BlockId, FinishReason, NewSequence, Scheduler, ScheduledSequence, SeqId};
+use entrobatch_scheduler::{BlockId, FinishReason, NewSequence, ScheduledSequence, Scheduler, SeqId};
 
 use super::check_output;
 
@@ -95,10 +95,7 @@ impl Driver {
             assert!(out.scheduled.iter().all(|r| r.seq_id != id), "victim re-admitted in the step that preempted it");
         }
         if !out.preempted.is_empty() {
-            assert!(
-                out.scheduled.iter().all(|r| running_before.contains(&r.seq_id)),
-                "no admission after preemption"
-            );
+            assert!(out.scheduled.iter().all(|r| running_before.contains(&r.seq_id)), "no admission after preemption");
         }
         for row in out.scheduled.iter().filter(|r| r.needs_sample) {
             self.respond(row, stop_every);
@@ -145,7 +142,9 @@ impl Driver {
         for id in 0..self.next_id {
             match self.outcomes.get(&id) {
                 None => panic!("request {id} vanished without an outcome"),
-                Some(Outcome::Rejected(reason)) => assert!(!reason.is_empty(), "request {id} rejected without a reason"),
+                Some(Outcome::Rejected(reason)) => {
+                    assert!(!reason.is_empty(), "request {id} rejected without a reason")
+                }
                 Some(_) => {}
             }
         }
@@ -180,7 +179,11 @@ pub fn check_ownership(s: &Scheduler) {
         if block.hash().is_some() {
             for &(id, index) in held_by {
                 let tokens = s.get(id).map(|seq| seq.token_ids()).unwrap_or_default();
-                assert_eq!(tokens.get(index * bs..(index + 1) * bs), Some(block.cached_token_ids()), "block {b} in {id}");
+                assert_eq!(
+                    tokens.get(index * bs..(index + 1) * bs),
+                    Some(block.cached_token_ids()),
+                    "block {b} in {id}"
+                );
             }
         }
     }

@@ -4,12 +4,7 @@ use entrobatch_scheduler::{NewSequence, Scheduler, SchedulerConfig, SchedulerOut
 
 pub mod fake_runner;
 
-pub fn config(
-    budget: usize,
-    max_num_seqs: usize,
-    block_size: usize,
-    num_blocks: usize,
-) -> SchedulerConfig {
+pub fn config(budget: usize, max_num_seqs: usize, block_size: usize, num_blocks: usize) -> SchedulerConfig {
     SchedulerConfig {
         max_num_batched_tokens: budget,
         max_num_seqs,
@@ -26,11 +21,7 @@ pub fn prompt(id: SeqId, len: usize) -> Vec<u32> {
 }
 
 pub fn new_seq(id: SeqId, prompt_len: usize, max_tokens: usize) -> NewSequence {
-    NewSequence {
-        id,
-        prompt_token_ids: prompt(id, prompt_len),
-        max_tokens,
-    }
+    NewSequence { id, prompt_token_ids: prompt(id, prompt_len), max_tokens }
 }
 
 /// Schedules once, checks the output against the scheduler, and appends a token to
@@ -42,8 +33,7 @@ pub fn step(s: &mut Scheduler) -> SchedulerOutput {
         s.append_token(row.seq_id, 7).unwrap();
         let seq = s.get(row.seq_id).unwrap();
         if seq.num_output_tokens() == seq.max_tokens() {
-            s.finish(row.seq_id, entrobatch_scheduler::FinishReason::Length)
-                .unwrap();
+            s.finish(row.seq_id, entrobatch_scheduler::FinishReason::Length).unwrap();
         }
     }
     s.check_invariants().unwrap();
@@ -53,30 +43,20 @@ pub fn step(s: &mut Scheduler) -> SchedulerOutput {
 pub fn check_output(s: &Scheduler, out: &SchedulerOutput) {
     let bs = s.config().block_size;
     assert!(out.num_batched_tokens <= s.config().max_num_batched_tokens);
-    let rows: usize = out
-        .scheduled
-        .iter()
-        .map(|r| r.token_ids.len() + r.scratch_rows)
-        .sum();
+    let rows: usize = out.scheduled.iter().map(|r| r.token_ids.len() + r.scratch_rows).sum();
     assert_eq!(rows, out.num_batched_tokens);
     for row in &out.scheduled {
         let seq = s.get(row.seq_id).expect("scheduled sequence is live");
         let n = row.token_ids.len();
         // A caught-up sequence may run only strategy scratch rows (MTI, WeDLM).
-    assert!(n >= 1 || row.scratch_rows > 0, "empty row for {}", row.seq_id);
+        assert!(n >= 1 || row.scratch_rows > 0, "empty row for {}", row.seq_id);
         assert_eq!(row.slot_mapping.len(), n);
-        assert_eq!(
-            &seq.token_ids()[row.context_len..row.context_len + n],
-            &row.token_ids[..]
-        );
+        assert_eq!(&seq.token_ids()[row.context_len..row.context_len + n], &row.token_ids[..]);
         assert_eq!(row.needs_sample, row.context_len + n == seq.num_tokens());
         assert!(row.block_table.len() * bs >= row.context_len + n + seq.lookahead_slots());
         for (i, &slot) in row.slot_mapping.iter().enumerate() {
             let pos = row.context_len + i;
-            assert_eq!(
-                slot,
-                (row.block_table[pos / bs] as usize * bs + pos % bs) as i64
-            );
+            assert_eq!(slot, (row.block_table[pos / bs] as usize * bs + pos % bs) as i64);
             assert_eq!(Some(slot), s.slot(row.seq_id, pos));
         }
     }

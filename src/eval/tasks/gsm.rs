@@ -54,13 +54,14 @@ impl GsmSymbolic {
     pub fn load(options: &LoadOptions) -> Result<Self> {
         let count = options.limit.unwrap_or(DEFAULT_COUNT).max(1);
         let problems = generate(&options.data_dir.join("gsm_symbolic"), options.seed, count)?;
-        let answers = problems
-            .iter()
-            .map(|p| (p.answer.clone(), numbers(&p.answer).first().copied()))
-            .collect();
+        let answers = problems.iter().map(|p| (p.answer.clone(), numbers(&p.answer).first().copied())).collect();
         let items = problems
             .iter()
-            .map(|p| EvalItem { id: p.id.clone(), prompt: user_prompt(instruction(&p.question)), assistant_prefix: None })
+            .map(|p| EvalItem {
+                id: p.id.clone(),
+                prompt: user_prompt(instruction(&p.question)),
+                assistant_prefix: None,
+            })
             .collect();
         Ok(Self { answers, items })
     }

@@ -32,7 +32,11 @@ impl Mmlu {
                 bail!("MMLU question {} has no A-D answer: {:?}", i + 1, q.answer);
             };
             answers.push(letter);
-            items.push(EvalItem { id: format!("mmlu/{}", i + 1), prompt: user_prompt(instruction(q)), assistant_prefix: None });
+            items.push(EvalItem {
+                id: format!("mmlu/{}", i + 1),
+                prompt: user_prompt(instruction(q)),
+                assistant_prefix: None,
+            });
         }
         if items.is_empty() {
             bail!("the MMLU file holds no questions");

@@ -42,11 +42,7 @@ pub(super) fn json_at(text: &str, at_end: bool) -> JsonAt {
         Some(Err(e)) if e.is_eof() => JsonAt::Incomplete,
         // serde_json reports a number cut short (`1.`, `-`, `2e`) as a syntax error, not as
         // the end of input: if one more digit would mend it, more text may too.
-        Some(Err(_))
-            if !at_end && !matches!(json_at(&format!("{text}0"), true), JsonAt::Invalid) =>
-        {
-            JsonAt::Incomplete
-        }
+        Some(Err(_)) if !at_end && !matches!(json_at(&format!("{text}0"), true), JsonAt::Invalid) => JsonAt::Incomplete,
         Some(Err(_)) => JsonAt::Invalid,
         None => JsonAt::Incomplete,
     }
@@ -80,21 +76,11 @@ fn bare(text: &str, tools: &[ToolSpec], at_end: bool) -> Recognized {
 /// nothing but one call value, closed or cut off by the end of output.
 fn fenced(text: &str, tools: &[ToolSpec], at_end: bool) -> Recognized {
     let after_fence = text.get(FENCE.len()..).unwrap_or("");
-    let lower = after_fence
-        .get(..4.min(after_fence.len()))
-        .map(str::to_ascii_lowercase);
-    if !at_end
-        && lower
-            .as_deref()
-            .is_some_and(|l| "json".starts_with(l) && l.len() < 4)
-    {
+    let lower = after_fence.get(..4.min(after_fence.len())).map(str::to_ascii_lowercase);
+    if !at_end && lower.as_deref().is_some_and(|l| "json".starts_with(l) && l.len() < 4) {
         return Recognized::Pending; // still reading the info string
     }
-    let info_len = if lower.as_deref() == Some("json") {
-        4
-    } else {
-        0
-    };
+    let info_len = if lower.as_deref() == Some("json") { 4 } else { 0 };
     let inner = after_fence.get(info_len..).unwrap_or("").trim_start();
     match inner.chars().next() {
         None if at_end => return Recognized::NotHere,
@@ -139,10 +125,9 @@ pub(super) fn calls_at(text: &str, tools: &[ToolSpec], at_end: bool) -> Result<(
 pub(super) fn calls_from_value(v: &Value, tools: &[ToolSpec]) -> Option<Vec<ParsedCall>> {
     match v {
         Value::Object(m) => call_from_object(m, tools).map(|c| vec![c]),
-        Value::Array(items) if !items.is_empty() => items
-            .iter()
-            .map(|i| i.as_object().and_then(|m| call_from_object(m, tools)))
-            .collect(),
+        Value::Array(items) if !items.is_empty() => {
+            items.iter().map(|i| i.as_object().and_then(|m| call_from_object(m, tools))).collect()
+        }
         _ => None,
     }
 }
@@ -155,9 +140,7 @@ fn call_from_object(m: &Map<String, Value>, tools: &[ToolSpec]) -> Option<Parsed
     if !m.contains_key("name") {
         // The OpenAI message shape, which models sometimes echo from their prompt:
         // {"type": "function", "function": {"name": ..., "arguments": ...}}.
-        let wrapper = m
-            .keys()
-            .all(|k| matches!(k.as_str(), "function" | "id" | "type"));
+        let wrapper = m.keys().all(|k| matches!(k.as_str(), "function" | "id" | "type"));
         return match m.get("function") {
             Some(Value::Object(f)) if wrapper => call_from_object(f, tools),
             _ => None,
@@ -182,8 +165,5 @@ fn call_from_object(m: &Map<String, Value>, tools: &[ToolSpec]) -> Option<Parsed
         },
         Some(_) => return None,
     };
-    Some(ParsedCall {
-        name: name.to_string(),
-        arguments,
-    })
+    Some(ParsedCall { name: name.to_string(), arguments })
 }

@@ -8,8 +8,6 @@
 //! ([`scan`]) whose decisions never depend on text after the span they cover, so a streamed
 //! output splits into content and calls exactly as the same output parsed whole.
 
-
-
 mod hermes;
 mod json;
 mod schema;
@@ -151,9 +149,7 @@ pub fn new_call_id() -> String {
     const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let keys = RandomState::new();
     let mut id = String::from("call_");
     // 62^10 < 2^64: each hash yields 10 characters.

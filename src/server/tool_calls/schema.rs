@@ -25,11 +25,7 @@ pub fn call_schema(tools: &[ToolSpec], choice: &ToolChoice, parallel: bool) -> O
         1 => calls.pop()?,
         _ => json!({ "anyOf": calls }),
     };
-    Some(if parallel {
-        json!({ "type": "array", "items": call, "minItems": 1 })
-    } else {
-        call
-    })
+    Some(if parallel { json!({ "type": "array", "items": call, "minItems": 1 }) } else { call })
 }
 
 fn one_call(tool: &ToolSpec) -> Value {

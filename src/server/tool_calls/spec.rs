@@ -61,9 +61,7 @@ impl ToolSpecError {
             NotAnObject { index } => (index, ""),
             BadType { index, .. } => (index, ".type"),
             MissingFunction { index } => (index, ".function"),
-            MissingName { index } | BadName { index, .. } | DuplicateName { index, .. } => {
-                (index, ".function.name")
-            }
+            MissingName { index } | BadName { index, .. } | DuplicateName { index, .. } => (index, ".function.name"),
             BadDescription { index } => (index, ".function.description"),
             BadParameters { index, .. } => (index, ".function.parameters"),
         };
@@ -81,10 +79,9 @@ impl fmt::Display for ToolSpecError {
             BadType { found, .. } => write!(f, "must be \"function\" (got {found})"),
             MissingFunction { .. } => f.write_str("is required and must be an object"),
             MissingName { .. } => f.write_str("is required and must be a string"),
-            BadName { name, .. } => write!(
-                f,
-                "{name:?} must be 1-64 characters of a-z, A-Z, 0-9, underscores and dashes"
-            ),
+            BadName { name, .. } => {
+                write!(f, "{name:?} must be 1-64 characters of a-z, A-Z, 0-9, underscores and dashes")
+            }
             DuplicateName { name, .. } => write!(f, "{name:?} is declared twice"),
             BadDescription { .. } => f.write_str("must be a string"),
             BadParameters { reason, .. } => f.write_str(reason),
@@ -103,10 +100,7 @@ impl ToolSpec {
             let spec = Self::parse(index, tool)?;
             // Two tools of one name would make a call ambiguous.
             if specs.iter().any(|s| s.name == spec.name) {
-                return Err(ToolSpecError::DuplicateName {
-                    index,
-                    name: spec.name,
-                });
+                return Err(ToolSpecError::DuplicateName { index, name: spec.name });
             }
             specs.push(spec);
         }
@@ -116,9 +110,7 @@ impl ToolSpec {
     /// Entry `index` of `tools`: `{"type": "function", "function": {"name", "description"?,
     /// "parameters"?}}`. Other keys (`strict`) are accepted and ignored.
     pub fn parse(index: usize, tool: &Value) -> Result<ToolSpec, ToolSpecError> {
-        let tool = tool
-            .as_object()
-            .ok_or(ToolSpecError::NotAnObject { index })?;
+        let tool = tool.as_object().ok_or(ToolSpecError::NotAnObject { index })?;
         match tool.get("type") {
             Some(Value::String(t)) if t == "function" => {}
             other => {
@@ -126,14 +118,9 @@ impl ToolSpec {
                 return Err(ToolSpecError::BadType { index, found });
             }
         }
-        let function = tool
-            .get("function")
-            .and_then(Value::as_object)
-            .ok_or(ToolSpecError::MissingFunction { index })?;
-        let name = function
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or(ToolSpecError::MissingName { index })?;
+        let function =
+            tool.get("function").and_then(Value::as_object).ok_or(ToolSpecError::MissingFunction { index })?;
+        let name = function.get("name").and_then(Value::as_str).ok_or(ToolSpecError::MissingName { index })?;
         let valid = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
         if name.is_empty() || name.len() > 64 || !name.chars().all(valid) {
             let name = name.to_string();
@@ -163,11 +150,7 @@ impl ToolSpec {
                 return Err(ToolSpecError::BadParameters { index, reason });
             }
         };
-        Ok(ToolSpec {
-            name: name.to_string(),
-            description,
-            parameters,
-        })
+        Ok(ToolSpec { name: name.to_string(), description, parameters })
     }
 }
 

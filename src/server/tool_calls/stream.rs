@@ -13,12 +13,7 @@ pub enum ToolDelta {
     /// Prose to send on as `content`.
     Content(String),
     /// A complete call; `index` counts calls from 0 in this output (OpenAI's `tool_calls[i].index`).
-    Call {
-        index: usize,
-        id: String,
-        name: String,
-        arguments: String,
-    },
+    Call { index: usize, id: String, name: String, arguments: String },
 }
 
 pub struct ToolCallStream {
@@ -35,14 +30,7 @@ pub struct ToolCallStream {
 
 impl ToolCallStream {
     pub fn new(format: Arc<dyn ToolCallFormat>, tools: Vec<ToolSpec>) -> Self {
-        Self {
-            format,
-            tools,
-            held: String::new(),
-            trailing_ws: String::new(),
-            sent_content: false,
-            calls: 0,
-        }
+        Self { format, tools, held: String::new(), trailing_ws: String::new(), sent_content: false, calls: 0 }
     }
 
     /// The next piece of output text.
@@ -91,11 +79,7 @@ impl ToolCallStream {
             return;
         }
         let mut send = std::mem::take(&mut self.trailing_ws);
-        send.push_str(if self.sent_content {
-            body
-        } else {
-            body.trim_start()
-        });
+        send.push_str(if self.sent_content { body } else { body.trim_start() });
         self.trailing_ws = text[body.len()..].to_string();
         self.sent_content = true;
         match out.last_mut() {
@@ -105,12 +89,7 @@ impl ToolCallStream {
     }
 
     fn call(&mut self, call: ParsedCall, out: &mut Vec<ToolDelta>) {
-        out.push(ToolDelta::Call {
-            index: self.calls,
-            id: new_call_id(),
-            name: call.name,
-            arguments: call.arguments,
-        });
+        out.push(ToolDelta::Call { index: self.calls, id: new_call_id(), name: call.name, arguments: call.arguments });
         self.calls += 1;
     }
 }

@@ -20,10 +20,7 @@ fn tools() -> Vec<ToolSpec> {
 }
 
 fn call(name: &str, arguments: &str) -> ParsedCall {
-    ParsedCall {
-        name: name.into(),
-        arguments: arguments.into(),
-    }
+    ParsedCall { name: name.into(), arguments: arguments.into() }
 }
 
 const PARIS: &str = r#"{"city":"Paris"}"#;
@@ -33,31 +30,20 @@ fn parse(text: &str) -> Parsed {
 }
 
 fn calls_only(calls: Vec<ParsedCall>) -> Parsed {
-    Parsed {
-        content: None,
-        calls,
-    }
+    Parsed { content: None, calls }
 }
 
 #[test]
 fn hermes_tags() {
     let one = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
     assert_eq!(parse(one), calls_only(vec![call("get_weather", PARIS)]));
-    let two = format!(
-        "{one}\n<tool_call>\n{{\"name\": \"get_time\", \"arguments\": {{}}}}\n</tool_call>"
-    );
-    assert_eq!(
-        parse(&two),
-        calls_only(vec![call("get_weather", PARIS), call("get_time", "{}")])
-    );
+    let two = format!("{one}\n<tool_call>\n{{\"name\": \"get_time\", \"arguments\": {{}}}}\n</tool_call>");
+    assert_eq!(parse(&two), calls_only(vec![call("get_weather", PARIS), call("get_time", "{}")]));
     // Closing tags missing: at the end of the output, and before the next call.
     let open = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n";
     assert_eq!(parse(open), calls_only(vec![call("get_weather", PARIS)]));
     let chained = format!("{open}<tool_call>{{\"name\": \"get_time\"}}");
-    assert_eq!(
-        parse(&chained).calls,
-        vec![call("get_weather", PARIS), call("get_time", "{}")]
-    );
+    assert_eq!(parse(&chained).calls, vec![call("get_weather", PARIS), call("get_time", "{}")]);
     // Prose around the blocks is content; the text between them is kept in order.
     let got = parse(&format!("Let me check.\n{one}\nOne moment."));
     assert_eq!(got.content.as_deref(), Some("Let me check.\n\nOne moment."));
@@ -72,14 +58,7 @@ fn hermes_non_calls_stay_content() {
         "<tool_call>",
         "use <tool_call> tags",
     ] {
-        assert_eq!(
-            parse(text),
-            Parsed {
-                content: Some(text.into()),
-                calls: vec![]
-            },
-            "{text}"
-        );
+        assert_eq!(parse(text), Parsed { content: Some(text.into()), calls: vec![] }, "{text}");
     }
     // Tags only: bare JSON is prose for a tags-only format.
     let bare = r#"{"name": "get_weather", "arguments": {"city": "Paris"}}"#;
@@ -101,33 +80,18 @@ fn qwen_bare_json_outputs() {
         r#"{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}"#,
     ] {
         assert_eq!(parse(text), calls_only(vec![w.clone()]), "{text}");
-        assert_eq!(
-            JsonFormat.parse(text, &tools()),
-            calls_only(vec![w.clone()]),
-            "{text}"
-        );
+        assert_eq!(JsonFormat.parse(text, &tools()), calls_only(vec![w.clone()]), "{text}");
     }
     let list = r#"[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_time", "arguments": null}]"#;
-    assert_eq!(
-        parse(list),
-        calls_only(vec![w.clone(), call("get_time", "{}")])
-    );
+    assert_eq!(parse(list), calls_only(vec![w.clone(), call("get_time", "{}")]));
     let fenced_list = format!("```json\n{list}\n```");
     assert_eq!(parse(&fenced_list).calls.len(), 2);
     // Surrounded by prose.
-    let got = parse(
-        "Sure! Here is the call:\n```json\n{\"name\": \"get_time\", \"arguments\": {}}\n```\nDone.",
-    );
-    assert_eq!(
-        got.content.as_deref(),
-        Some("Sure! Here is the call:\n\nDone.")
-    );
+    let got = parse("Sure! Here is the call:\n```json\n{\"name\": \"get_time\", \"arguments\": {}}\n```\nDone.");
+    assert_eq!(got.content.as_deref(), Some("Sure! Here is the call:\n\nDone."));
     assert_eq!(got.calls, vec![call("get_time", "{}")]);
     // Empty string arguments are no arguments.
-    assert_eq!(
-        parse(r#"{"name": "get_time", "arguments": ""}"#).calls,
-        vec![call("get_time", "{}")]
-    );
+    assert_eq!(parse(r#"{"name": "get_time", "arguments": ""}"#).calls, vec![call("get_time", "{}")]);
 }
 
 #[test]
@@ -147,10 +111,7 @@ fn non_calls_stay_content() {
         "```json\n{\"name\": \"get_time\"}\nthen more\n```x",
     ] {
         let got = parse(text);
-        assert!(
-            got.calls.is_empty() || text.ends_with("```x"),
-            "{text}: {got:?}"
-        );
+        assert!(got.calls.is_empty() || text.ends_with("```x"), "{text}: {got:?}");
         if got.calls.is_empty() {
             assert_eq!(got.content.as_deref(), Some(text.trim()), "{text}");
         }
@@ -163,10 +124,7 @@ fn non_calls_stay_content() {
     assert_eq!(parse("  \n "), Parsed::default());
     // No tools declared: nothing is a call.
     let text = r#"{"name": "get_time", "arguments": {}}"#;
-    assert_eq!(
-        HermesFormat::default().parse(text, &[]).content.as_deref(),
-        Some(text)
-    );
+    assert_eq!(HermesFormat::default().parse(text, &[]).content.as_deref(), Some(text));
 }
 
 #[test]
@@ -175,27 +133,12 @@ fn tool_spec_errors_name_the_field() {
         (json!({}), "tools"),
         (json!([1]), "tools[0]"),
         (json!([{"function": {"name": "f"}}]), "tools[0].type"),
-        (
-            json!([{"type": "retrieval", "function": {"name": "f"}}]),
-            "tools[0].type",
-        ),
+        (json!([{"type": "retrieval", "function": {"name": "f"}}]), "tools[0].type"),
         (json!([{"type": "function"}]), "tools[0].function"),
-        (
-            json!([{"type": "function", "function": {}}]),
-            "tools[0].function.name",
-        ),
-        (
-            json!([{"type": "function", "function": {"name": "a b"}}]),
-            "tools[0].function.name",
-        ),
-        (
-            json!([{"type": "function", "function": {"name": "f", "description": 3}}]),
-            "tools[0].function.description",
-        ),
-        (
-            json!([{"type": "function", "function": {"name": "f", "parameters": []}}]),
-            "tools[0].function.parameters",
-        ),
+        (json!([{"type": "function", "function": {}}]), "tools[0].function.name"),
+        (json!([{"type": "function", "function": {"name": "a b"}}]), "tools[0].function.name"),
+        (json!([{"type": "function", "function": {"name": "f", "description": 3}}]), "tools[0].function.description"),
+        (json!([{"type": "function", "function": {"name": "f", "parameters": []}}]), "tools[0].function.parameters"),
         (
             json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]),
             "tools[0].function.parameters",
@@ -212,10 +155,7 @@ fn tool_spec_errors_name_the_field() {
     }
     assert_eq!(
         ToolSpec::parse_list(&json!([{"type": "function", "function": {"name": "x\"y"}}])),
-        Err(ToolSpecError::BadName {
-            index: 0,
-            name: "x\"y".into()
-        })
+        Err(ToolSpecError::BadName { index: 0, name: "x\"y".into() })
     );
     let t = tools();
     assert_eq!(t[0].description.as_deref(), Some("Weather"));
@@ -240,26 +180,12 @@ fn tool_choice_forms() {
         p(json!({"type": "function", "function": {"name": "nope"}})),
         Err(ToolChoiceError::UnknownFunction("nope".into()))
     );
-    assert_eq!(
-        p(json!("always")),
-        Err(ToolChoiceError::UnknownMode("always".into()))
-    );
-    assert_eq!(
-        p(json!({"name": "get_time"})),
-        Err(ToolChoiceError::BadShape)
-    );
+    assert_eq!(p(json!("always")), Err(ToolChoiceError::UnknownMode("always".into())));
+    assert_eq!(p(json!({"name": "get_time"})), Err(ToolChoiceError::BadShape));
     assert_eq!(p(json!(1)), Err(ToolChoiceError::BadShape));
-    assert_eq!(
-        ToolChoice::parse(Some(&json!("required")), &[]),
-        Err(ToolChoiceError::NoTools)
-    );
-    assert_eq!(
-        ToolChoice::parse(Some(&json!("none")), &[]),
-        Ok(ToolChoice::None)
-    );
-    assert!(ToolChoiceError::NoTools
-        .to_string()
-        .starts_with("tool_choice: "));
+    assert_eq!(ToolChoice::parse(Some(&json!("required")), &[]), Err(ToolChoiceError::NoTools));
+    assert_eq!(ToolChoice::parse(Some(&json!("none")), &[]), Ok(ToolChoice::None));
+    assert!(ToolChoiceError::NoTools.to_string().starts_with("tool_choice: "));
 }
 
 /// The JSON Schema subset `call_schema` uses, checked by hand.
@@ -280,13 +206,8 @@ fn valid(schema: &Value, v: &Value) -> bool {
     };
     let props = s("properties").and_then(Value::as_object);
     let object_ok = v.as_object().is_none_or(|o| {
-        let required = s("required")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten();
-        required
-            .filter_map(Value::as_str)
-            .all(|k| o.contains_key(k))
+        let required = s("required").and_then(Value::as_array).into_iter().flatten();
+        required.filter_map(Value::as_str).all(|k| o.contains_key(k))
             && o.iter().all(|(k, x)| match props.and_then(|p| p.get(k)) {
                 Some(ps) => valid(ps, x),
                 None => s("additionalProperties") != Some(&json!(false)),
@@ -304,10 +225,7 @@ fn call_schema_shapes() {
     let t = tools();
     assert_eq!(call_schema(&t, &ToolChoice::None, false), None);
     assert_eq!(call_schema(&t, &ToolChoice::Auto, true), None);
-    assert_eq!(
-        call_schema(&t, &ToolChoice::Function("nope".into()), false),
-        None
-    );
+    assert_eq!(call_schema(&t, &ToolChoice::Function("nope".into()), false), None);
     let time_call = json!({
         "type": "object",
         "properties": {"name": {"const": "get_time"}, "arguments": {"type": "object"}},
@@ -322,10 +240,8 @@ fn call_schema_shapes() {
     let many = call_schema(&t, &ToolChoice::Required, true).unwrap();
     assert_eq!(many, json!({"type": "array", "items": any, "minItems": 1}));
 
-    let good = [
-        json!({"name": "get_weather", "arguments": {"city": "Paris"}}),
-        json!({"name": "get_time", "arguments": {}}),
-    ];
+    let good =
+        [json!({"name": "get_weather", "arguments": {"city": "Paris"}}), json!({"name": "get_time", "arguments": {}})];
     let bad = [
         json!({"name": "get_weather", "arguments": {}}),
         json!({"name": "get_weather", "arguments": {"city": 3}}),
@@ -370,12 +286,7 @@ fn stream_text(text: &str, sizes: &[usize]) -> (Vec<ToolDelta>, String, Vec<Pars
     for d in &deltas {
         match d {
             ToolDelta::Content(c) => content.push_str(c),
-            ToolDelta::Call {
-                index,
-                id,
-                name,
-                arguments,
-            } => {
+            ToolDelta::Call { index, id, name, arguments } => {
                 assert_eq!(*index, calls.len());
                 assert!(id.starts_with("call_") && id.len() == 29, "{id}");
                 calls.push(call(name, arguments));
@@ -388,11 +299,7 @@ fn stream_text(text: &str, sizes: &[usize]) -> (Vec<ToolDelta>, String, Vec<Pars
 fn assert_stream_matches_parse(text: &str, sizes: &[usize]) {
     let (_, content, calls) = stream_text(text, sizes);
     let whole = parse(text);
-    assert_eq!(
-        content,
-        whole.content.unwrap_or_default(),
-        "{text:?} in {sizes:?}"
-    );
+    assert_eq!(content, whole.content.unwrap_or_default(), "{text:?} in {sizes:?}");
     assert_eq!(calls, whole.calls, "{text:?} in {sizes:?}");
 }
 
@@ -406,10 +313,7 @@ fn stream_releases_prose_and_holds_possible_calls() {
     // A possible tag is held until it turns out not to be one.
     assert_eq!(s.push(" <tool_"), vec![]);
     assert!(s.is_holding());
-    assert_eq!(
-        s.push("box>"),
-        vec![ToolDelta::Content(" <tool_box>".into())]
-    );
+    assert_eq!(s.push("box>"), vec![ToolDelta::Content(" <tool_box>".into())]);
     assert!(!s.is_holding());
     assert_eq!(s.finish(), vec![]);
 
@@ -433,23 +337,14 @@ fn stream_releases_prose_and_holds_possible_calls() {
         vec![ToolDelta::Content("Checking.".into())]
     );
     assert_eq!(s.push("\n"), vec![]);
-    assert!(matches!(
-        &s.push("</tool_call>")[..],
-        [ToolDelta::Call { index: 0, .. }]
-    ));
+    assert!(matches!(&s.push("</tool_call>")[..], [ToolDelta::Call { index: 0, .. }]));
     // A JSON value that is not a call is released once complete (with the whitespace held
     // since the prose before the call).
     assert_eq!(s.push(" {\"a\": 1"), vec![]);
-    assert_eq!(
-        s.push("}"),
-        vec![ToolDelta::Content("\n {\"a\": 1}".into())]
-    );
+    assert_eq!(s.push("}"), vec![ToolDelta::Content("\n {\"a\": 1}".into())]);
     // Missing closing tag at the end: finish settles it.
     assert_eq!(s.push("<tool_call>{\"name\": \"get_time\"}\n"), vec![]);
-    assert!(matches!(
-        &s.finish()[..],
-        [ToolDelta::Call { index: 1, .. }]
-    ));
+    assert!(matches!(&s.finish()[..], [ToolDelta::Call { index: 1, .. }]));
 }
 
 #[test]
