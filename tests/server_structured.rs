@@ -132,3 +132,31 @@ fn tools_on_smollm2_are_refused_with_the_reason() {
     assert_eq!(r.json()["error"]["param"], json!("tools"));
     assert!(r.json()["error"]["message"].as_str().unwrap_or("").contains("template"), "{}", r.text());
 }
+
+/// OpenAI contract details through the client's own types: `usage.prompt_tokens_details.
+/// cached_tokens` (a repeated prompt comes from the prefix cache), a stable
+/// `system_fingerprint` in responses and every chunk, and response ids that do not repeat
+/// when the server restarts.
+#[test]
+fn cached_tokens_fingerprint_and_ids_unique_across_restarts() {
+    let first_id = {
+        let server = TestServer::start(engine_config(smollm2_path()));
+        let seen = run_client(&server, "contract");
+        let repeat = seen["repeat"].as_array().expect("two responses");
+        assert_eq!(repeat[0]["cached_tokens"], json!(0), "{seen}");
+        let cached = repeat[1]["cached_tokens"].as_u64().expect("cached_tokens");
+        let prompt = repeat[1]["prompt_tokens"].as_u64().expect("prompt_tokens");
+        assert!(cached >= 16 && cached < prompt, "{seen}");
+        let fingerprint = repeat[0]["fingerprint"].as_str().expect("fingerprint");
+        assert!(fingerprint.starts_with("fp_"), "{seen}");
+        assert_eq!(repeat[1]["fingerprint"], json!(fingerprint));
+        assert_eq!(seen["stream"]["fingerprints"], json!([fingerprint]), "{seen}");
+        assert_eq!(seen["stream"]["none"], json!(false), "every chunk carries the fingerprint: {seen}");
+        assert!(seen["stream"]["cached_tokens"].as_u64().is_some_and(|c| c >= 16), "{seen}");
+        assert_ne!(repeat[0]["id"], repeat[1]["id"]);
+        repeat[0]["id"].clone()
+    };
+    let server = TestServer::start(engine_config(smollm2_path()));
+    let seen = run_client(&server, "contract");
+    assert_ne!(seen["repeat"][0]["id"], first_id, "a restarted server repeated a response id");
+}

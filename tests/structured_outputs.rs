@@ -235,3 +235,33 @@ fn forced_tokens_are_appended_without_a_forward_each() {
     let (tokens, forwards) = run(Some(1));
     assert!(forwards >= tokens, "with logprobs every token is sampled: {tokens} tokens in {forwards} steps");
 }
+
+/// Under memory pressure constrained requests are preempted and recomputed; the grammar state
+/// lives with the request, not the KV, so every output still matches its schema.
+#[test]
+fn constrained_requests_survive_preemption() {
+    let config = common::pressured_config(&common::smollm2_path(), entrobatch::MatmulMode::default(), 24, 16);
+    let engine = Engine::start(config).expect("engine");
+    let schema = json!({"type": "object", "properties": {"words": {"type": "array", "items": {"type": "string", "maxLength": 10}, "maxItems": 12}, "n": {"type": "integer"}}, "required": ["words", "n"], "additionalProperties": false});
+    let requests = (0..16)
+        .map(|i| {
+            let prompt = Prompt::Text(format!("Request {i}: a list of words as JSON, please, with a count."));
+            Request::new(prompt, sampled(300 + i, 64, Some(StructuredOutput::JsonSchema(schema.clone()))))
+        })
+        .collect();
+    let outputs: Vec<_> =
+        engine.submit_all(requests).expect("submit").into_iter().map(|h| h.collect_blocking()).collect();
+    assert!(
+        entrobatch::EngineMetrics::get(&engine.metrics().preemptions) > 0,
+        "the pool was large enough: no preemption"
+    );
+    let validator = jsonschema::validator_for(&schema).expect("schema");
+    for out in &outputs {
+        assert_ne!(out.finish_reason, FinishReason::Error, "{:?}", out.error);
+        if out.finish_reason == FinishReason::Stop {
+            let value: Value = serde_json::from_str(&out.text).expect("JSON");
+            assert!(validator.is_valid(&value), "{value}");
+        }
+    }
+    assert!(outputs.iter().filter(|o| o.finish_reason == FinishReason::Stop).count() >= 8);
+}

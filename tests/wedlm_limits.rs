@@ -141,6 +141,12 @@ fn wedlm_on_a_model_without_a_mask_token_is_rejected_at_submit() {
         let r = masked.submit(Request::new(Prompt::TokenIds(prompt(1, 8)), wedlm_params(&bad, 8)));
         assert!(matches!(r, Err(EngineError::Strategy(_))), "{bad:?} accepted");
     }
+    // A window fills several positions from one forward: no grammar can follow it, so a
+    // structured output with WeDLM is refused rather than silently unconstrained.
+    let mut constrained = wedlm_params(&wedlm(4, Some(0.4), 0.02), 8);
+    constrained.structured = Some(entrobatch::structured::StructuredOutput::JsonObject);
+    let err = masked.submit(Request::new(Prompt::TokenIds(prompt(1, 8)), constrained)).err().expect("rejected");
+    assert!(matches!(&err, EngineError::Strategy(_)) && err.to_string().contains("one token at a time"), "{err}");
     let out = engine.submit(Request::new(Prompt::TokenIds(prompt(1, 8)), plain_params(6))).unwrap().collect_blocking();
     assert_eq!(out.token_ids.len(), 6);
 }

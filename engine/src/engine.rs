@@ -4,7 +4,9 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
-use entrobatch_model_runner::{load_model, ChatTemplate, GgufTokenizer, KvCache, ModelConfig, ModelRunner};
+use entrobatch_model_runner::{
+    load_model, ChatTemplate, GgufTokenizer, KvCache, KvDtype, MatmulMode, ModelConfig, ModelRunner,
+};
 use entrobatch_scheduler::{Scheduler, SchedulerConfig};
 use parking_lot::Mutex;
 
@@ -27,6 +29,9 @@ pub struct EngineInfo {
     pub max_model_len: usize,
     /// Rows one forward may run (tokens plus strategy scratch rows).
     pub max_num_batched_tokens: usize,
+    /// The numerics in force: projection kernels and KV cache values.
+    pub matmul_mode: MatmulMode,
+    pub kv_cache_dtype: KvDtype,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,6 +125,8 @@ impl Engine {
                 block_size: config.block_size,
                 max_model_len,
                 max_num_batched_tokens: config.max_num_batched_tokens,
+                matmul_mode: config.matmul_mode,
+                kv_cache_dtype: kv_dtype,
             },
             next_id: AtomicU64::new(1),
             max_queued_requests: config.max_queued_requests,

@@ -100,7 +100,7 @@ impl EngineLoop {
         }
         for (_, state) in self.requests.drain() {
             self.metrics.release_in_flight();
-            state.finish(FinishReason::Abort, Some("engine shut down".into()));
+            state.finish(FinishReason::Abort, Some("engine shut down".into()), 0);
         }
         // Submissions still queued in the channel never started: end their streams too.
         while let Ok(cmd) = self.commands.try_recv() {
@@ -110,6 +110,7 @@ impl EngineLoop {
                 let _ = req.sender.send(Event::Finished {
                     reason: FinishReason::Abort,
                     prompt_tokens: req.request.prompt_token_ids.len(),
+                    cached_tokens: 0,
                     completion_tokens: 0,
                     error: Some("engine shut down".into()),
                     strategy_stats: None,
@@ -172,7 +173,7 @@ impl EngineLoop {
         state.constraint = constraint;
         if self.draining {
             self.metrics.release_in_flight();
-            state.finish(FinishReason::Abort, Some("engine is shutting down".into()));
+            state.finish(FinishReason::Abort, Some("engine is shutting down".into()), 0);
             return;
         }
         let new_seq = NewSequence { id, prompt_token_ids, max_tokens };
@@ -190,7 +191,7 @@ impl EngineLoop {
             Err(e) => {
                 self.metrics.requests_rejected.fetch_add(1, Ordering::Relaxed);
                 self.metrics.release_in_flight();
-                state.finish(FinishReason::Error, Some(e.to_string()));
+                state.finish(FinishReason::Error, Some(e.to_string()), 0);
             }
         }
     }
@@ -326,6 +327,7 @@ impl EngineLoop {
     /// Ends a request whatever its state: frees its blocks (the scheduler drops its block
     /// table) and sends the final event.
     fn finish_request(&mut self, id: RequestId, reason: FinishReason, error: Option<String>) {
+        let cached_tokens = self.scheduler.get(id).map_or(0, |seq| seq.num_cached_prompt_tokens());
         if self.scheduler.finish(id, reason.into()).is_err() {
             self.scheduler.abort(id);
         }
@@ -335,7 +337,7 @@ impl EngineLoop {
             }
             self.metrics.requests_finished[reason.index()].fetch_add(1, Ordering::Relaxed);
             self.metrics.release_in_flight();
-            state.finish(reason, error);
+            state.finish(reason, error, cached_tokens);
         }
     }
 

@@ -73,6 +73,8 @@ pub enum Event {
     Finished {
         reason: FinishReason,
         prompt_tokens: usize,
+        /// Prompt tokens served from the prefix cache.
+        cached_tokens: usize,
         completion_tokens: usize,
         /// Why the request failed, for `FinishReason::Error`.
         error: Option<String>,

@@ -28,6 +28,8 @@ pub struct GenerationOutput {
     pub tokens: Vec<GeneratedToken>,
     pub text: String,
     pub finish_reason: FinishReason,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: usize,
     pub error: Option<String>,
     /// The strategy's per-request statistics, from `Event::Finished`.
     pub strategy_stats: Option<serde_json::Value>,
@@ -93,6 +95,7 @@ impl RequestHandle {
             tokens: Vec::new(),
             text: String::new(),
             finish_reason: FinishReason::Error,
+            cached_tokens: 0,
             error: Some("the engine stopped before the request finished".into()),
             strategy_stats: None,
         }
@@ -113,8 +116,9 @@ impl GenerationOutput {
                 self.tokens.extend(tokens);
                 self.text.push_str(&text);
             }
-            Event::Finished { reason, error, strategy_stats, .. } => {
+            Event::Finished { reason, error, strategy_stats, cached_tokens, .. } => {
                 self.finish_reason = reason;
+                self.cached_tokens = cached_tokens;
                 self.error = error;
                 self.strategy_stats = strategy_stats;
             }

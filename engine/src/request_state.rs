@@ -107,10 +107,12 @@ impl RequestState {
         (finish, timing)
     }
 
-    pub fn finish(&self, reason: FinishReason, error: Option<String>) {
+    /// Sends the final event; `cached_tokens`: prompt tokens the prefix cache served.
+    pub fn finish(&self, reason: FinishReason, error: Option<String>, cached_tokens: usize) {
         let _ = self.sender.send(Event::Finished {
             reason,
             prompt_tokens: self.num_prompt_tokens,
+            cached_tokens,
             completion_tokens: self.num_output_tokens,
             error,
             strategy_stats: self.strategy.summary(),

@@ -167,6 +167,7 @@ impl Scheduler {
             };
             seq.block_table = Some(table);
             seq.num_computed_tokens = num_cached;
+            seq.num_cached_prompt_tokens.get_or_insert(num_cached.min(seq.num_prompt_tokens));
             seq.status = SequenceStatus::Running;
             self.waiting.pop_front();
             let sequences = &self.sequences;

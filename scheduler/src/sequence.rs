@@ -46,6 +46,8 @@ pub struct Sequence {
     pub(crate) scratch_rows: usize,
     /// KV slots the table must cover beyond the scheduled tokens.
     pub(crate) lookahead_slots: usize,
+    /// Prompt tokens the prefix cache served at first admission (`None` before it).
+    pub(crate) num_cached_prompt_tokens: Option<usize>,
 }
 
 impl Sequence {
@@ -61,6 +63,7 @@ impl Sequence {
             block_table: None,
             scratch_rows: 0,
             lookahead_slots: 0,
+            num_cached_prompt_tokens: None,
         }
     }
 
@@ -91,6 +94,12 @@ impl Sequence {
 
     pub fn num_output_tokens(&self) -> usize {
         self.token_ids.len() - self.num_prompt_tokens
+    }
+
+    /// Prompt tokens whose KV came from the prefix cache when the sequence was first
+    /// admitted (OpenAI's `usage.prompt_tokens_details.cached_tokens`); 0 before admission.
+    pub fn num_cached_prompt_tokens(&self) -> usize {
+        self.num_cached_prompt_tokens.unwrap_or(0)
     }
 
     pub fn max_tokens(&self) -> usize {

@@ -31,7 +31,7 @@ pub async fn chat_completions(
         .then(|| ReasoningSplitter::new(prompt_opens_think(&state, &handle.prompt_token_ids)));
     let mut format = ChatFormat {
         state: state.clone(),
-        id: format!("chatcmpl-{}", handle.id),
+        id: state.response_id("chatcmpl", handle.id),
         created: super::state::unix_now(),
         logprobs: logprobs.is_some(),
         extras: Extras { return_metrics, return_token_ids: parsed.return_token_ids },
@@ -73,8 +73,9 @@ pub async fn chat_completions(
         "object": "chat.completion",
         "created": format.created,
         "model": state.model_id,
+        "system_fingerprint": state.fingerprint,
         "choices": [Value::Object(choice)],
-        "usage": usage_json(output.prompt_token_ids.len(), output.token_ids.len()),
+        "usage": usage_json(output.prompt_token_ids.len(), output.cached_tokens, output.token_ids.len()),
     });
     Ok(Json(body).into_response())
 }
@@ -149,6 +150,7 @@ impl ChatFormat {
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.state.model_id,
+            "system_fingerprint": self.state.fingerprint,
             "choices": choices,
         })
     }

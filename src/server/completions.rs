@@ -43,7 +43,7 @@ pub async fn completions(
     let handle = state.submit(request).await?;
     let format = CompletionFormat {
         state: state.clone(),
-        id: format!("cmpl-{}", handle.id),
+        id: state.response_id("cmpl", handle.id),
         created: super::state::unix_now(),
         logprobs: logprobs.is_some(),
         extras: Extras { return_metrics, return_token_ids: parsed.return_token_ids },
@@ -64,8 +64,9 @@ pub async fn completions(
         "object": "text_completion",
         "created": format.created,
         "model": state.model_id,
+        "system_fingerprint": state.fingerprint,
         "choices": [Value::Object(choice)],
-        "usage": usage_json(output.prompt_token_ids.len(), output.token_ids.len()),
+        "usage": usage_json(output.prompt_token_ids.len(), output.cached_tokens, output.token_ids.len()),
     });
     Ok(Json(body).into_response())
 }
@@ -101,6 +102,7 @@ impl CompletionFormat {
             "object": "text_completion",
             "created": self.created,
             "model": self.state.model_id,
+            "system_fingerprint": self.state.fingerprint,
             "choices": choices,
         })
     }

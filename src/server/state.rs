@@ -18,6 +18,10 @@ pub struct Inner {
     pub model_id: String,
     pub created: u64,
     pub http: HttpMetrics,
+    /// Names the build and the model configuration (OpenAI's `system_fingerprint`).
+    pub fingerprint: String,
+    /// Random per process, so response ids never repeat across restarts.
+    boot_id: String,
     /// The chat template has a thinking switch (Qwen3): split `<think>` into `reasoning_content`.
     pub thinking_template: bool,
     draining: AtomicBool,
@@ -35,14 +39,22 @@ impl AppState {
         let model_id = served_model_name.unwrap_or_else(|| engine.info().model_name.clone());
         let thinking_template =
             engine.tokenizer().chat_template.as_deref().is_some_and(|t| t.contains("enable_thinking"));
+        let fingerprint = fingerprint(&engine);
         Self(Arc::new(Inner {
             engine,
             model_id,
+            fingerprint,
+            boot_id: format!("{:012x}", random_u64() & 0xFFFF_FFFF_FFFF),
             created: unix_now(),
             http: HttpMetrics::default(),
             thinking_template,
             draining: AtomicBool::new(false),
         }))
+    }
+
+    /// `{kind}-{boot}{n}`: unique across restarts (the boot part is random per process).
+    pub fn response_id(&self, kind: &str, request: u64) -> String {
+        format!("{kind}-{}{request:x}", self.boot_id)
     }
 
     pub fn set_draining(&self) {
@@ -81,6 +93,27 @@ impl AppState {
             Err(e) => Err(ApiError::internal(format!("submit task failed: {e}"))),
         }
     }
+}
+
+/// `fp_` and 12 hex digits of a hash over what changes outputs: the version, the model file,
+/// its size, and the engine's numerics.
+fn fingerprint(engine: &Engine) -> String {
+    use std::hash::{Hash, Hasher};
+    let info = engine.info();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    env!("CARGO_PKG_VERSION").hash(&mut h);
+    info.model_name.hash(&mut h);
+    info.model_config.vocab_size.hash(&mut h);
+    info.max_model_len.hash(&mut h);
+    format!("{:?} {:?}", info.matmul_mode, info.kv_cache_dtype).hash(&mut h);
+    format!("fp_{:012x}", h.finish() & 0xFFFF_FFFF_FFFF)
+}
+
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.finish()
 }
 
 pub fn unix_now() -> u64 {

@@ -25,11 +25,12 @@ pub trait StreamFormat: Send + 'static {
     fn usage_chunk(&self, usage: Value) -> Value;
 }
 
-pub fn usage_json(prompt_tokens: usize, completion_tokens: usize) -> Value {
+pub fn usage_json(prompt_tokens: usize, cached_tokens: usize, completion_tokens: usize) -> Value {
     json!({
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": { "cached_tokens": cached_tokens },
     })
 }
 
@@ -58,7 +59,7 @@ impl<F: StreamFormat> SseState<F> {
                         return chunks;
                     }
                 }
-                Some(Event::Finished { reason, prompt_tokens, completion_tokens, error, .. }) => {
+                Some(Event::Finished { reason, prompt_tokens, cached_tokens, completion_tokens, error, .. }) => {
                     self.done = true;
                     if reason == FinishReason::Error {
                         let message = error.unwrap_or_else(|| "generation failed".into());
@@ -66,7 +67,11 @@ impl<F: StreamFormat> SseState<F> {
                     }
                     let mut chunks = self.format.on_finish(reason);
                     if self.include_usage {
-                        chunks.push(self.format.usage_chunk(usage_json(prompt_tokens, completion_tokens)));
+                        chunks.push(self.format.usage_chunk(usage_json(
+                            prompt_tokens,
+                            cached_tokens,
+                            completion_tokens,
+                        )));
                     }
                     return chunks;
                 }

@@ -163,8 +163,34 @@ def tools():
     out["round_trip_stream"] = text
 
 
+def contract():
+    # Prefix caching: the second identical request reuses the first one's prompt blocks.
+    messages = [{"role": "system", "content": "You are a terse assistant. " * 8}, {"role": "user", "content": "Name a colour."}]
+    seen = []
+    for _ in range(2):
+        r = client.chat.completions.create(model=model, messages=messages, max_tokens=4, temperature=0)
+        seen.append({
+            "id": r.id,
+            "fingerprint": r.system_fingerprint,
+            "prompt_tokens": r.usage.prompt_tokens,
+            "cached_tokens": r.usage.prompt_tokens_details.cached_tokens,
+        })
+    out["repeat"] = seen
+    stream = client.chat.completions.create(
+        model=model, messages=messages, max_tokens=4, temperature=0, stream=True, stream_options={"include_usage": True}
+    )
+    fingerprints, cached = set(), None
+    for chunk in stream:
+        fingerprints.add(chunk.system_fingerprint)
+        if chunk.usage is not None:
+            cached = chunk.usage.prompt_tokens_details.cached_tokens
+    out["stream"] = {"fingerprints": sorted(f for f in fingerprints if f), "none": None in fingerprints, "cached_tokens": cached}
+
+
 if mode == "tools":
     tools()
+elif mode == "contract":
+    contract()
 else:
     structured()
 print(json.dumps(out))
