@@ -59,4 +59,8 @@ fn a_corrupt_model_file_is_a_clear_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("truncated.gguf"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+    // Each cause is said once (typed errors quote their source; the chain must not repeat it).
+    let line = stderr.trim();
+    let first = line.find("truncated.gguf").expect("named");
+    assert!(!line[first + 1..].contains("truncated.gguf"), "the message repeats itself: {line}");
 }

@@ -34,6 +34,7 @@ fn openai_client_gets_the_engines_greedy_tokens() {
     assert!(output.status.success(), "openai client failed:\n{}", String::from_utf8_lossy(&output.stderr));
     let seen: Value = serde_json::from_slice(&output.stdout).expect("script prints JSON");
     assert_eq!(seen["models"], json!([model]));
+    assert_eq!(seen["retrieved"], json!(model), "models.retrieve");
 
     let chat = Prompt::Chat(vec![ChatMessage::new("user", "What is the capital of France?")]);
     let reference = server.engine.generate(vec![chat], &greedy(24, false)).expect("generate").remove(0);
@@ -229,4 +230,35 @@ fn full_queue_gets_429_and_the_count_is_exact() {
     }
     let ok = server.post_json("/v1/completions", &json!({ "prompt": "c", "max_tokens": 2 }));
     assert_eq!(ok.status, 200, "{}", ok.text());
+}
+
+/// vLLM's `/tokenize` and `/detokenize`: the same ids the engine uses for a prompt (text, or
+/// messages through the chat template), and back; `GET /v1/models/{id}` 404s another id.
+#[test]
+fn tokenize_and_detokenize_agree_with_the_engine() {
+    let server = TestServer::start(engine_config(smollm2_path()));
+    let engine = &server.engine;
+    let text = "The quick brown fox";
+    let r = server.post_json("/tokenize", &json!({ "prompt": text, "return_token_strs": true }));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let expected = engine.tokenize_prompt(&Prompt::Text(text.into()), &GenerationParams::default()).expect("tokenize");
+    assert_eq!(r.json()["tokens"], json!(expected));
+    assert_eq!(r.json()["count"], json!(expected.len()));
+    assert_eq!(r.json()["token_strs"].as_array().map(Vec::len), Some(expected.len()));
+    let chat = [ChatMessage::new("user", "Hello there")];
+    let r = server.post_json("/tokenize", &json!({ "messages": [{ "role": "user", "content": "Hello there" }] }));
+    let expected = engine.tokenize_prompt(&Prompt::Chat(chat.to_vec()), &GenerationParams::default()).expect("chat");
+    assert_eq!(r.json()["tokens"], json!(expected), "{}", r.text());
+    let r = server.post_json("/detokenize", &json!({ "tokens": expected }));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["prompt"].as_str().is_some_and(|p| p.contains("Hello there")), "{}", r.text());
+    for (path, body) in [
+        ("/tokenize", json!({ "prompt": "x", "messages": [] })),
+        ("/tokenize", json!({ "prompt": "x", "surprise": 1 })),
+        ("/detokenize", json!({ "tokens": [u32::MAX] })),
+    ] {
+        assert_eq!(server.post_json(path, &body).status, 400, "{path} {body}");
+    }
+    assert_eq!(server.get(&format!("/v1/models/{}", engine.info().model_name)).status, 200);
+    assert_eq!(server.get("/v1/models/gpt-9").status, 404);
 }

@@ -207,7 +207,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         };
         let handle = engine
             .submit(Request::new(prompt, params.clone()))
-            .with_context(|| format!("prompt rejected: {text:?}"))?;
+            .with_context(|| format!("request for prompt {text:?} refused"))?;
         handles.push(handle);
     }
     let stdout = std::io::stdout();

@@ -79,7 +79,7 @@ pub struct LoadTestReport {
     pub outcomes: Vec<RequestOutcome>,
 }
 
-const NOT_SENT: &str = "not sent: time limit reached";
+use stats::NOT_SENT;
 const CUT_OFF: &str = "time limit reached before the response ended";
 
 pub async fn run(config: &LoadTestConfig) -> Result<LoadTestReport> {

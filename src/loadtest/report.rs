@@ -19,6 +19,7 @@ pub fn print_report(report: &LoadTestReport, out: &mut impl Write) -> std::io::R
     row(out, "Requests", s.requests)?;
     row(out, "Successful requests", s.completed)?;
     row(out, "Failed requests", s.errors)?;
+    row(out, "Not sent (time limit)", s.not_sent)?;
     row(out, "Benchmark duration (s)", format!("{:.2}", s.duration_s))?;
     row(out, "Total input tokens", s.total_input_tokens)?;
     row(out, "Total generated tokens", s.total_output_tokens)?;

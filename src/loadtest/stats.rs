@@ -90,11 +90,17 @@ pub fn tpot(r: &RequestOutcome) -> Option<f64> {
     (r.output_tokens > 1).then(|| (r.e2el - ttft) / (r.output_tokens - 1) as f64)
 }
 
+/// The outcome of a request the time limit kept from being sent: not a failure.
+pub const NOT_SENT: &str = "not sent: time limit reached";
+
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Summary {
     pub requests: usize,
     pub completed: usize,
+    /// Sent, and answered with an error or a short or truncated response.
     pub errors: usize,
+    /// Never sent: the time limit came first.
+    pub not_sent: usize,
     /// Requests that neither completed nor were counted as errors: always 0 unless the
     /// harness itself is broken.
     pub lost: usize,
@@ -116,7 +122,7 @@ pub struct Summary {
 pub fn summarize(requests: usize, outcomes: &[RequestOutcome], duration_s: f64, slo: &Slo) -> Summary {
     let ok: Vec<&RequestOutcome> = outcomes.iter().filter(|r| r.error.is_none()).collect();
     let mut error_reasons = BTreeMap::new();
-    for r in outcomes.iter().filter_map(|r| r.error.as_deref()) {
+    for r in outcomes.iter().filter_map(|r| r.error.as_deref()).filter(|&e| e != NOT_SENT) {
         *error_reasons.entry(r.to_string()).or_insert(0) += 1;
     }
     let total_input_tokens: usize = ok.iter().map(|r| r.prompt_tokens).sum();
@@ -126,11 +132,13 @@ pub fn summarize(requests: usize, outcomes: &[RequestOutcome], duration_s: f64, 
     let tpots: Vec<f64> = ok.iter().filter_map(|r| tpot(r)).collect();
     let itls: Vec<f64> = ok.iter().flat_map(|r| r.itl.iter().copied()).collect();
     let e2els: Vec<f64> = ok.iter().map(|r| r.e2el).collect();
-    let errors = outcomes.len() - ok.len();
+    let not_sent = outcomes.iter().filter(|r| r.error.as_deref() == Some(NOT_SENT)).count();
+    let errors = outcomes.len() - ok.len() - not_sent;
     Summary {
         requests,
         completed: ok.len(),
         errors,
+        not_sent,
         lost: requests.saturating_sub(outcomes.len()),
         error_reasons,
         duration_s,

@@ -79,6 +79,8 @@ pub fn chat_message(index: usize, m: MessageIn) -> Result<ChatMessage, ApiError>
 pub struct ToolUse {
     specs: Vec<ToolSpec>,
     format: Arc<dyn ToolCallFormat>,
+    /// `parallel_tool_calls` (default true); false keeps the first call only.
+    parallel: bool,
 }
 
 /// Reads `tools`, `tool_choice` and `parallel_tool_calls` into `params` (the template's tool
@@ -104,7 +106,8 @@ pub fn parse_tools(
         Some(Value::Array(list)) => Some(list),
         _ => None,
     };
-    if let Some(schema) = call_schema(&specs, &choice, parallel.unwrap_or(true)) {
+    let parallel = parallel.unwrap_or(true);
+    if let Some(schema) = call_schema(&specs, &choice, parallel) {
         if params.structured.is_some() {
             return Err(ApiError::invalid_param(
                 "tool_choice",
@@ -116,16 +119,26 @@ pub fn parse_tools(
     if choice == ToolChoice::None {
         return Ok(None);
     }
-    Ok(Some(ToolUse { specs, format: Arc::new(HermesFormat::default()) }))
+    Ok(Some(ToolUse { specs, format: Arc::new(HermesFormat::default()), parallel }))
 }
 
 impl ToolUse {
     pub fn parse(&self, text: &str) -> Parsed {
-        self.format.parse(text, &self.specs)
+        let mut parsed = self.format.parse(text, &self.specs);
+        parsed.calls.truncate(self.max_calls());
+        parsed
     }
 
     pub fn stream(&self) -> ToolCallStream {
-        ToolCallStream::new(self.format.clone(), self.specs.clone())
+        ToolCallStream::new(self.format.clone(), self.specs.clone()).with_max_calls(self.max_calls())
+    }
+
+    fn max_calls(&self) -> usize {
+        if self.parallel {
+            usize::MAX
+        } else {
+            1
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! that hangs up aborts its request.
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`,
+//! `GET /v1/models/{id}`, `POST /tokenize`, `POST /detokenize` (vLLM's shapes),
 //! `GET /health`, `GET /metrics` (Prometheus text), and the playground page: `GET /`,
 //! `GET /playground/info`.
 
@@ -21,6 +22,7 @@ mod reasoning;
 mod state;
 mod stream;
 mod structured;
+mod tokenize;
 pub(crate) mod tool_calls;
 mod validate;
 
@@ -61,6 +63,9 @@ pub fn router(state: AppState, config: &ServerConfig) -> Router {
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(tokenize::model))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
         .route("/health", get(health))
         .route("/metrics", get(http_metrics::render))
         .route("/", get(playground::page))
@@ -151,16 +156,7 @@ pub async fn wait_for_signal() {
 }
 
 async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
-    Json(json!({
-        "object": "list",
-        "data": [{
-            "id": state.model_id,
-            "object": "model",
-            "created": state.created,
-            "owned_by": "entrobatch",
-            "max_model_len": state.engine.info().max_model_len,
-        }],
-    }))
+    Json(json!({ "object": "list", "data": [tokenize::model_card(&state)] }))
 }
 
 async fn health(State(state): State<AppState>) -> Response {

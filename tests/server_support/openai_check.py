@@ -11,7 +11,7 @@ from openai import OpenAI
 
 base_url, model = sys.argv[1], sys.argv[2]
 client = OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=300)
-out = {"models": [m.id for m in client.models.list().data]}
+out = {"models": [m.id for m in client.models.list().data], "retrieved": client.models.retrieve(model).id}
 
 # Streaming chat completion, with usage at the end.
 stream = client.chat.completions.create(

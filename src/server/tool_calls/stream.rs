@@ -26,11 +26,27 @@ pub struct ToolCallStream {
     trailing_ws: String,
     sent_content: bool,
     calls: usize,
+    /// Calls past this many are dropped (`parallel_tool_calls: false` allows one).
+    max_calls: usize,
 }
 
 impl ToolCallStream {
     pub fn new(format: Arc<dyn ToolCallFormat>, tools: Vec<ToolSpec>) -> Self {
-        Self { format, tools, held: String::new(), trailing_ws: String::new(), sent_content: false, calls: 0 }
+        Self {
+            format,
+            tools,
+            held: String::new(),
+            trailing_ws: String::new(),
+            sent_content: false,
+            calls: 0,
+            max_calls: usize::MAX,
+        }
+    }
+
+    /// Sends at most `n` calls.
+    pub fn with_max_calls(mut self, n: usize) -> Self {
+        self.max_calls = n;
+        self
     }
 
     /// The next piece of output text.
@@ -89,6 +105,9 @@ impl ToolCallStream {
     }
 
     fn call(&mut self, call: ParsedCall, out: &mut Vec<ToolDelta>) {
+        if self.calls >= self.max_calls {
+            return;
+        }
         out.push(ToolDelta::Call { index: self.calls, id: new_call_id(), name: call.name, arguments: call.arguments });
         self.calls += 1;
     }

@@ -418,3 +418,16 @@ proptest! {
         assert_stream_matches_parse(&parts.concat(), &sizes);
     }
 }
+
+#[test]
+fn a_stream_limited_to_one_call_drops_the_rest() {
+    let text = format!(
+        r#"<tool_call>{{"name":"get_weather","arguments":{PARIS}}}</tool_call><tool_call>{{"name":"get_time","arguments":{{}}}}</tool_call>"#
+    );
+    let mut all = ToolCallStream::new(Arc::new(HermesFormat::default()), tools());
+    let mut one = ToolCallStream::new(Arc::new(HermesFormat::default()), tools()).with_max_calls(1);
+    let count = |deltas: Vec<ToolDelta>| deltas.iter().filter(|d| matches!(d, ToolDelta::Call { .. })).count();
+    assert_eq!(count([all.push(&text), all.finish()].concat()), 2);
+    assert_eq!(count([one.push(&text), one.finish()].concat()), 1);
+    assert_eq!(one.calls_sent(), 1);
+}
