@@ -26,6 +26,12 @@ pub struct GenerationParams {
     pub ignore_eos: bool,
     /// Chat templates with a thinking switch (Qwen3) read this.
     pub enable_thinking: Option<bool>,
+    /// `Prompt::Chat`: open the assistant's turn after the messages (the template's generation
+    /// prompt). Off with `continue_final_message`.
+    pub add_generation_prompt: bool,
+    /// `Prompt::Chat`: the prompt ends inside the final (assistant) message, so the output
+    /// continues it, with no end-of-turn token after it.
+    pub continue_final_message: bool,
     /// How tokens are chosen: plain sampling or an entropy-aware strategy.
     pub decoding: Decoding,
     /// Attach entropy metrics to every generated token.
@@ -46,6 +52,8 @@ impl Default for GenerationParams {
             stop_token_ids: Vec::new(),
             ignore_eos: false,
             enable_thinking: None,
+            add_generation_prompt: true,
+            continue_final_message: false,
             decoding: Decoding::default(),
             return_metrics: false,
             structured: None,

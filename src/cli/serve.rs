@@ -45,6 +45,11 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get to finish after SIGINT/SIGTERM before being aborted.
     #[arg(long, default_value_t = 30)]
     pub shutdown_grace: u64,
+    /// Sampling defaults for fields a request leaves out, as JSON (vLLM's flag), e.g.
+    /// '{"temperature": 0.7, "top_p": 0.9, "max_tokens": 256}'. Keys: temperature, top_p,
+    /// top_k, min_p, seed, max_tokens, repetition_penalty, presence_penalty, frequency_penalty.
+    #[arg(long, value_name = "JSON")]
+    pub override_generation_config: Option<String>,
     /// Kept for existing command lines: selects `MatmulMode::fast()`, which is now the default
     /// int8 kernel (faster than the f32 GEMM it used to select at every step size).
     #[arg(long)]
@@ -52,6 +57,11 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
+    let generation_defaults = match &args.override_generation_config {
+        Some(text) => entrobatch::server::GenerationDefaults::from_json(text)
+            .context("--override-generation-config must be a JSON object of sampling fields")?,
+        None => Default::default(),
+    };
     let model = super::resolve_model(args.model.clone())?;
     let mut config = EngineConfig::new(model);
     config.max_queued_requests = args.max_queue;
@@ -67,6 +77,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let server_config = ServerConfig {
         served_model_name: args.served_model_name.clone(),
         shutdown_grace: Duration::from_secs(args.shutdown_grace),
+        generation_defaults,
         ..ServerConfig::default()
     };
     // The engine has its own thread and the sampler its rayon pool: two async workers are

@@ -7,7 +7,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 
-use super::chat_tools::{chat_message, delta_json, parse_tools, tool_calls_json, ToolUse};
+use super::chat_tools::{chat_message, check_tool_order, delta_json, parse_tools, tool_calls_json, ToolUse};
+use super::defaults::GenerationDefaults;
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::format::{chat_logprobs, Extras};
@@ -23,7 +24,7 @@ pub async fn chat_completions(
     ApiJson(req): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(req.common.model.as_deref())?;
-    let ParsedChat { messages, parsed, logprobs, tools } = parse_chat(req)?;
+    let ParsedChat { messages, parsed, logprobs, tools } = parse_chat(req, &state.generation_defaults)?;
     let (enable_thinking, return_metrics) = (parsed.params.enable_thinking, parsed.params.return_metrics);
     let request = engine_request(Prompt::Chat(messages), parsed.params, parsed.max_tokens, None);
     let handle = state.submit(request).await?;
@@ -91,7 +92,7 @@ pub(super) struct ParsedChat {
 
 /// Everything a chat body must pass before it reaches the engine: the messages, the parsed
 /// parameters (with `enable_thinking`, tools and any structured output) and the logprobs count.
-pub(super) fn parse_chat(mut req: ChatRequest) -> Result<ParsedChat, ApiError> {
+pub(super) fn parse_chat(mut req: ChatRequest, defaults: &GenerationDefaults) -> Result<ParsedChat, ApiError> {
     refuse_unknown(&req.unknown)?;
     let top = parse_logprobs("top_logprobs", req.top_logprobs)?;
     let logprobs = match (req.logprobs.unwrap_or(false), top) {
@@ -101,15 +102,25 @@ pub(super) fn parse_chat(mut req: ChatRequest) -> Result<ParsedChat, ApiError> {
         }
         (false, None) => None,
     };
-    let mut parsed = parse_common(&mut req.common, logprobs)?;
+    let mut parsed = parse_common(&mut req.common, logprobs, defaults)?;
     let enable_thinking = req.chat_template_kwargs.as_ref().and_then(|k| k.enable_thinking).or(req.enable_thinking);
     parsed.params.enable_thinking = enable_thinking;
     let tools = parse_tools(req.tools, req.tool_choice, req.parallel_tool_calls, &mut parsed.params)?;
+    let continue_final = req.continue_final_message.unwrap_or(false);
+    if continue_final && req.add_generation_prompt == Some(true) {
+        return Err(ApiError::invalid_param(
+            "continue_final_message",
+            "continue_final_message and add_generation_prompt: true are mutually exclusive",
+        ));
+    }
+    parsed.params.continue_final_message = continue_final;
+    parsed.params.add_generation_prompt = req.add_generation_prompt.unwrap_or(!continue_final);
     let messages =
         req.messages.into_iter().enumerate().map(|(i, m)| chat_message(i, m)).collect::<Result<Vec<_>, _>>()?;
     if messages.is_empty() {
         return Err(ApiError::invalid_param("messages", "messages must not be empty"));
     }
+    check_tool_order(&messages)?;
     Ok(ParsedChat { messages, parsed, logprobs, tools })
 }
 

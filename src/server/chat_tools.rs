@@ -75,6 +75,26 @@ pub fn chat_message(index: usize, m: MessageIn) -> Result<ChatMessage, ApiError>
     Ok(message)
 }
 
+/// A `tool` message answers a call: it must follow an assistant message with `tool_calls`
+/// (or another tool message). Anything else is refused with its position rather than
+/// rendered into a prompt the model was never trained on.
+pub fn check_tool_order(messages: &[ChatMessage]) -> Result<(), ApiError> {
+    for (i, _) in messages.iter().enumerate().filter(|(_, m)| m.role == "tool") {
+        let answers_a_call = messages[..i]
+            .iter()
+            .rev()
+            .find(|p| p.role != "tool")
+            .is_some_and(|p| p.role == "assistant" && p.tool_calls.as_ref().is_some_and(|c| !c.is_empty()));
+        if !answers_a_call {
+            return Err(ApiError::invalid_param(
+                format!("messages[{i}]"),
+                format!("messages[{i}] is a tool message with no assistant tool call before it"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A request's tools, once checked: what the response parser looks for.
 pub struct ToolUse {
     specs: Vec<ToolSpec>,

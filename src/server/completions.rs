@@ -6,6 +6,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 
+use super::defaults::GenerationDefaults;
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::format::{completion_logprobs, Extras};
@@ -19,7 +20,10 @@ pub(super) const DEFAULT_MAX_TOKENS: usize = 16;
 
 /// Everything a completions body must pass before it reaches the engine: the prompt, the
 /// parsed parameters and the logprobs count.
-pub(super) fn parse_completion(mut req: CompletionRequest) -> Result<(Prompt, ParsedParams, Option<usize>), ApiError> {
+pub(super) fn parse_completion(
+    mut req: CompletionRequest,
+    defaults: &GenerationDefaults,
+) -> Result<(Prompt, ParsedParams, Option<usize>), ApiError> {
     refuse_unknown(&req.unknown)?;
     if req.echo == Some(true) {
         return Err(ApiError::invalid_param("echo", "echo is not supported"));
@@ -28,7 +32,7 @@ pub(super) fn parse_completion(mut req: CompletionRequest) -> Result<(Prompt, Pa
         return Err(ApiError::invalid_param("suffix", "suffix is not supported"));
     }
     let logprobs = parse_logprobs("logprobs", req.logprobs)?;
-    let parsed = parse_common(&mut req.common, logprobs)?;
+    let parsed = parse_common(&mut req.common, logprobs, defaults)?;
     Ok((completion_prompt(req.prompt)?, parsed, logprobs))
 }
 
@@ -37,7 +41,7 @@ pub async fn completions(
     ApiJson(req): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(req.common.model.as_deref())?;
-    let (prompt, parsed, logprobs) = parse_completion(req)?;
+    let (prompt, parsed, logprobs) = parse_completion(req, &state.generation_defaults)?;
     let return_metrics = parsed.params.return_metrics;
     let request = engine_request(prompt, parsed.params, parsed.max_tokens, Some(DEFAULT_MAX_TOKENS));
     let handle = state.submit(request).await?;

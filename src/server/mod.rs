@@ -11,6 +11,7 @@
 mod chat;
 mod chat_tools;
 mod completions;
+mod defaults;
 mod error;
 mod extract;
 mod format;
@@ -38,6 +39,7 @@ use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
 
+pub use defaults::GenerationDefaults;
 pub use error::ApiError;
 pub use state::AppState;
 pub use validate::{validate_body, Endpoint, ValidatedRequest};
@@ -50,11 +52,18 @@ pub struct ServerConfig {
     pub body_limit_bytes: usize,
     /// After a shutdown signal, how long in-flight requests may run before they are aborted.
     pub shutdown_grace: Duration,
+    /// Sampling values for fields a request leaves out (`--override-generation-config`).
+    pub generation_defaults: GenerationDefaults,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        Self { served_model_name: None, body_limit_bytes: 1 << 20, shutdown_grace: Duration::from_secs(30) }
+        Self {
+            served_model_name: None,
+            body_limit_bytes: 1 << 20,
+            shutdown_grace: Duration::from_secs(30),
+            generation_defaults: GenerationDefaults::default(),
+        }
     }
 }
 
@@ -84,7 +93,8 @@ pub async fn serve(
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let state = AppState::new(engine.clone(), config.served_model_name.clone());
+    let state =
+        AppState::with_defaults(engine.clone(), config.served_model_name.clone(), config.generation_defaults.clone());
     let app = router(state.clone(), &config);
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
     let signal = async move {

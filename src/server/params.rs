@@ -4,6 +4,7 @@
 
 use crate::{Decoding, GenerationParams, SamplingParams};
 
+use super::defaults::GenerationDefaults;
 use super::error::ApiError;
 use super::protocol::{common_field_names, CommonParams, PromptField, INERT_FIELDS};
 use super::structured::parse_structured;
@@ -19,7 +20,12 @@ pub struct ParsedParams {
     pub return_token_ids: bool,
 }
 
-pub fn parse_common(c: &mut CommonParams, logprobs: Option<usize>) -> Result<ParsedParams, ApiError> {
+pub fn parse_common(
+    c: &mut CommonParams,
+    logprobs: Option<usize>,
+    defaults: &GenerationDefaults,
+) -> Result<ParsedParams, ApiError> {
+    defaults.fill(c);
     if let Some(n) = c.n {
         if n != 1 {
             return Err(ApiError::invalid_param("n", format!("only n = 1 is supported, got {n}")));
@@ -80,11 +86,10 @@ pub fn parse_common(c: &mut CommonParams, logprobs: Option<usize>) -> Result<Par
         stop: c.stop.take().map(|s| s.into_vec()).unwrap_or_default(),
         stop_token_ids: c.stop_token_ids.take().unwrap_or_default(),
         ignore_eos: c.ignore_eos.unwrap_or(false),
-        enable_thinking: None,
         decoding,
         return_metrics: c.return_metrics.unwrap_or(false),
         structured: parse_structured(&mut c.structured)?,
-        tools: None,
+        ..GenerationParams::default()
     };
     Ok(ParsedParams {
         params,

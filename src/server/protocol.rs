@@ -182,6 +182,12 @@ pub struct ChatRequest {
     pub tool_choice: Option<Value>,
     #[serde(default)]
     pub parallel_tool_calls: Option<bool>,
+    /// vLLM: open the assistant's turn after the messages (default true).
+    #[serde(default)]
+    pub add_generation_prompt: Option<bool>,
+    /// vLLM: continue the final assistant message instead of opening a new turn.
+    #[serde(default)]
+    pub continue_final_message: Option<bool>,
     /// Every field not named directly above: `CommonParams`' and unknown ones; the unknown
     /// are refused unless inert (`INERT_FIELDS`).
     #[serde(flatten)]

@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::{Engine, Request, RequestHandle};
 
+use super::defaults::GenerationDefaults;
 use super::error::ApiError;
 use super::http_metrics::HttpMetrics;
 
@@ -22,6 +23,8 @@ pub struct Inner {
     pub fingerprint: String,
     /// Random per process, so response ids never repeat across restarts.
     boot_id: String,
+    /// Sampling values for the fields a request leaves out.
+    pub generation_defaults: GenerationDefaults,
     /// The chat template has a thinking switch (Qwen3): split `<think>` into `reasoning_content`.
     pub thinking_template: bool,
     draining: AtomicBool,
@@ -36,6 +39,15 @@ impl std::ops::Deref for AppState {
 
 impl AppState {
     pub fn new(engine: Arc<Engine>, served_model_name: Option<String>) -> Self {
+        Self::with_defaults(engine, served_model_name, GenerationDefaults::default())
+    }
+
+    /// A state whose requests take `generation_defaults` for the sampling fields they omit.
+    pub fn with_defaults(
+        engine: Arc<Engine>,
+        served_model_name: Option<String>,
+        generation_defaults: GenerationDefaults,
+    ) -> Self {
         let model_id = served_model_name.unwrap_or_else(|| engine.info().model_name.clone());
         let thinking_template =
             engine.tokenizer().chat_template.as_deref().is_some_and(|t| t.contains("enable_thinking"));
@@ -49,6 +61,7 @@ impl AppState {
             http: HttpMetrics::default(),
             thinking_template,
             draining: AtomicBool::new(false),
+            generation_defaults,
         }))
     }
 

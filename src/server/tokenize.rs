@@ -96,6 +96,7 @@ pub fn model_card(state: &AppState) -> Value {
         "created": state.created,
         "owned_by": "entrobatch",
         "max_model_len": state.engine.info().max_model_len,
+        "generation_defaults": state.generation_defaults,
     })
 }
 
