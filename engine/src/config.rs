@@ -25,7 +25,8 @@ pub struct EngineConfig {
     pub attention_kernel: AttentionKernel,
     /// Requests admitted but not yet finished beyond which `submit` answers `QueueFull`.
     pub max_queued_requests: usize,
-    /// Test-only faults (tests/faults.rs); off by default.
+    /// Test-only faults (tests/faults.rs; feature `faults`, never in a release build).
+    #[cfg(feature = "faults")]
     #[doc(hidden)]
     pub faults: crate::faults::FaultInjection,
 }
@@ -45,6 +46,7 @@ impl EngineConfig {
             kv_cache_dtype: None,
             attention_kernel: AttentionKernel::default(),
             max_queued_requests: 4096,
+            #[cfg(feature = "faults")]
             faults: Default::default(),
         }
     }

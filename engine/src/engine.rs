@@ -103,7 +103,9 @@ impl Engine {
             commands: receiver,
             requests: HashMap::new(),
             draining: false,
+            #[cfg(feature = "faults")]
             faults: config.faults.clone(),
+            #[cfg(feature = "faults")]
             forwards: 0,
         };
         let thread = std::thread::Builder::new()

@@ -12,7 +12,9 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::batch_builder::{build_batch, SpanResult};
 use crate::event::{Event, FinishReason, GeneratedToken, RequestId};
-use crate::faults::{check_logits_finite, FaultInjection};
+#[cfg(feature = "faults")]
+use crate::faults::FaultInjection;
+use crate::logits_check::check_logits_finite;
 use crate::metrics::EngineMetrics;
 use crate::prepare::PreparedRequest;
 use crate::request_state::RequestState;
@@ -76,8 +78,10 @@ pub struct EngineLoop {
     pub commands: Receiver<Command>,
     pub requests: HashMap<RequestId, RequestState>,
     pub draining: bool,
+    #[cfg(feature = "faults")]
     pub faults: FaultInjection,
     /// Forwards run so far; `faults` counts in it.
+    #[cfg(feature = "faults")]
     pub forwards: u64,
 }
 
@@ -209,12 +213,7 @@ impl EngineLoop {
         if batch.num_rows() == 0 {
             return;
         }
-        let (runner, faults, forward) = (&mut self.runner, &self.faults, self.forwards);
-        self.forwards += 1;
-        let output = catch_unwind(AssertUnwindSafe(|| {
-            faults.before_forward(forward)?;
-            runner.execute(&batch)
-        }));
+        let output = catch_unwind(AssertUnwindSafe(|| self.forward(&batch)));
         let mut output: ForwardOutput = match output {
             Ok(Ok(out)) => out,
             failure => {
@@ -231,6 +230,7 @@ impl EngineLoop {
             }
         };
         self.metrics.forward_rows.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+        #[cfg(feature = "faults")]
         if self.faults.is_active() {
             for span in &spans {
                 self.faults.after_forward(span.seq_id, &span.logits_indices, &mut output);
@@ -245,6 +245,19 @@ impl EngineLoop {
         }
         self.metrics.steps.fetch_add(1, Ordering::Relaxed);
         self.metrics.step_duration.observe(started.elapsed().as_secs_f64());
+    }
+
+    fn forward(
+        &mut self,
+        batch: &entrobatch_model_runner::ForwardBatch,
+    ) -> entrobatch_model_runner::Result<ForwardOutput> {
+        #[cfg(feature = "faults")]
+        {
+            let forward = self.forwards;
+            self.forwards += 1;
+            self.faults.before_forward(forward)?;
+        }
+        self.runner.execute(batch)
     }
 
     /// Runs every span's strategy on its logits, in parallel across sequences (the sampler's

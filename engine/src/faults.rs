@@ -1,11 +1,8 @@
-//! Guards against a misbehaving model, and a test-only way to make it misbehave.
+//! A test-only way to make the model misbehave (feature `faults`, never in a release build).
 //!
 //! The engine loop must survive a failing or panicking forward and must never turn
-//! non-finite logits into tokens: a NaN row makes every comparison false, so argmax and
-//! top-k/top-p would silently pick arbitrary ids. `check_logits_finite` runs on every row a
-//! strategy is about to consume (one pass over the vocabulary, cheap next to sampling), and
-//! `FaultInjection` lets tests (tests/faults.rs) trigger each failure on demand, since a
-//! healthy model never produces them.
+//! non-finite logits into tokens (`logits_check.rs`); `FaultInjection` lets tests
+//! (tests/faults.rs) trigger each failure on demand, since a healthy model never produces them.
 
 use entrobatch_model_runner::{ForwardOutput, ModelError};
 
@@ -62,31 +59,9 @@ impl FaultInjection {
     }
 }
 
-/// `Err` with a message naming the first non-finite value among `rows`, else `Ok`.
-pub fn check_logits_finite(rows: &[&[f32]]) -> Result<(), String> {
-    for (r, row) in rows.iter().enumerate() {
-        if let Some((token, value)) = row.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-            return Err(format!(
-                "the model produced non-finite logits ({value} for token {token} in logits row {r}); \
-                 the request was stopped instead of sampling from them"
-            ));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn finite_rows_pass_and_the_first_bad_value_is_named() {
-        assert!(check_logits_finite(&[&[0.0, -3.5, 1e30], &[]]).is_ok());
-        let err = check_logits_finite(&[&[0.0, 1.0], &[2.0, f32::NAN, f32::INFINITY]]).unwrap_err();
-        assert!(err.contains("NaN for token 1 in logits row 1"), "{err}");
-        let err = check_logits_finite(&[&[f32::NEG_INFINITY]]).unwrap_err();
-        assert!(err.contains("-inf for token 0"), "{err}");
-    }
 
     #[test]
     fn injection_targets_only_its_forward_and_request() {

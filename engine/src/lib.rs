@@ -15,8 +15,10 @@ pub mod engine;
 mod engine_loop;
 pub mod error;
 pub mod event;
+#[cfg(feature = "faults")]
 pub mod faults;
 pub mod handle;
+mod logits_check;
 pub mod metrics;
 mod prepare;
 pub mod request;

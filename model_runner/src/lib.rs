@@ -32,6 +32,8 @@ pub use model::{ForwardOutput, Model};
 pub use runner::{load_gguf, load_model, ModelRunner};
 pub use tokenizer::GgufTokenizer;
 pub mod chat_template;
+#[cfg(any(test, feature = "test-support"))]
 pub mod testing;
+#[cfg(any(test, feature = "test-support"))]
 pub mod testing_hf;
 pub mod tokenizer;

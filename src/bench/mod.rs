@@ -5,4 +5,3 @@ pub mod prefix_cache;
 pub mod strategy_compare;
 pub mod structured;
 pub mod throughput;
-pub mod wedlm;

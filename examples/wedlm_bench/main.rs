@@ -1,9 +1,11 @@
-//! WeDLM in the continuous batch against all-plain batches (see `src/bench/wedlm.rs`).
+//! WeDLM in the continuous batch against all-plain batches (see `wedlm.rs` beside this file).
 //! `cargo run --profile test --example wedlm_bench`; env WEDLM_BENCH_SEQUENCES,
 //! WEDLM_BENCH_WEDLM_SEQUENCES, WEDLM_BENCH_PROMPT_LEN, WEDLM_BENCH_OUTPUT_LEN,
 //! WEDLM_BENCH_WINDOW, WEDLM_BENCH_MODEL_DIR, WEDLM_BENCH_JSON (output path).
 
-use entrobatch::bench::wedlm::{render_markdown, run, WedlmBenchConfig};
+mod wedlm;
+
+use wedlm::{render_markdown, run, WedlmBenchConfig};
 
 fn env_usize(key: &str, default: usize) -> usize {
     std::env::var(key).ok().and_then(|v| v.parse().ok()).unwrap_or(default)

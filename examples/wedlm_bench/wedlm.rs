@@ -1,7 +1,7 @@
 //! WeDLM inside the continuous batch: rows per forward and time per step for a batch that
 //! mixes WeDLM and plain sequences, against the same batch all plain, on a generated
 //! random-weight checkpoint in Hugging Face layout (no trained WeDLM checkpoint can be
-//! fetched here). Run by `examples/wedlm_bench.rs`.
+//! fetched here). Run by `main.rs` beside it.
 //!
 //! A random model's mask predictions mean nothing, so tokens per forward is not measured
 //! but bracketed: `tau = inf` fills every mask every forward (W tokens per forward, the
@@ -16,9 +16,9 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::model_runner::testing_hf::{write_tiny_hf, TinyHfSpec};
-use crate::strategy::WedlmConfig;
-use crate::{Decoding, Engine, EngineConfig, GenerationParams, Prompt, Request, SamplingParams};
+use entrobatch::model_runner::testing_hf::{write_tiny_hf, TinyHfSpec};
+use entrobatch::strategy::WedlmConfig;
+use entrobatch::{Decoding, Engine, EngineConfig, GenerationParams, Prompt, Request, SamplingParams};
 
 #[derive(Clone, Debug)]
 pub struct WedlmBenchConfig {
@@ -125,7 +125,7 @@ pub fn run_scenario(config: &WedlmBenchConfig, scenario: &Scenario) -> Result<Sc
     engine_config.max_num_seqs = config.sequences;
     engine_config.max_num_batched_tokens = 1024;
     let engine = Engine::start(engine_config)?;
-    let prompts = super::throughput::synthetic_prompts(300, config.sequences, config.prompt_len);
+    let prompts = entrobatch::bench::throughput::synthetic_prompts(300, config.sequences, config.prompt_len);
     let plain = GenerationParams {
         sampling: SamplingParams::greedy(),
         max_tokens: config.output_len,
@@ -162,7 +162,7 @@ pub fn run_scenario(config: &WedlmBenchConfig, scenario: &Scenario) -> Result<Sc
     // The loop counts a step after its tokens are sent and a request's strategy records its
     // tokens per forward when dropped: read the metrics once the loop has stopped.
     let m = engine.metrics().clone();
-    engine.shutdown(crate::ShutdownMode::Finish);
+    engine.shutdown(entrobatch::ShutdownMode::Finish);
     let steps = m.steps.load(Ordering::Relaxed);
     let rows = m.forward_rows.load(Ordering::Relaxed);
     let output_tokens = m.output_tokens.load(Ordering::Relaxed);
