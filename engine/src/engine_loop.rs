@@ -214,7 +214,7 @@ impl EngineLoop {
             return;
         }
         let output = catch_unwind(AssertUnwindSafe(|| self.forward(&batch)));
-        let mut output: ForwardOutput = match output {
+        let output: ForwardOutput = match output {
             Ok(Ok(out)) => out,
             failure => {
                 let message = match failure {
@@ -231,11 +231,7 @@ impl EngineLoop {
         };
         self.metrics.forward_rows.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
         #[cfg(feature = "faults")]
-        if self.faults.is_active() {
-            for span in &spans {
-                self.faults.after_forward(span.seq_id, &span.logits_indices, &mut output);
-            }
-        }
+        let output = self.inject_logit_faults(&spans, output);
         let decisions = self.process_spans(&output, &spans);
         for (id, decision) in decisions {
             match decision {
@@ -245,6 +241,16 @@ impl EngineLoop {
         }
         self.metrics.steps.fetch_add(1, Ordering::Relaxed);
         self.metrics.step_duration.observe(started.elapsed().as_secs_f64());
+    }
+
+    #[cfg(feature = "faults")]
+    fn inject_logit_faults(&self, spans: &[SpanResult], mut output: ForwardOutput) -> ForwardOutput {
+        if self.faults.is_active() {
+            for span in spans {
+                self.faults.after_forward(span.seq_id, &span.logits_indices, &mut output);
+            }
+        }
+        output
     }
 
     fn forward(
