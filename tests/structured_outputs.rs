@@ -233,7 +233,9 @@ fn forced_tokens_are_appended_without_a_forward_each() {
     let (tokens, forwards) = run(None);
     assert!(forwards < tokens / 2, "{tokens} tokens took {forwards} steps: nothing was fast-forwarded");
     let (tokens, forwards) = run(Some(1));
-    assert!(forwards >= tokens, "with logprobs every token is sampled: {tokens} tokens in {forwards} steps");
+    // The loop counts a step after applying its tokens, so the request's last step may not be
+    // counted yet when its result arrives: allow one.
+    assert!(forwards + 1 >= tokens, "with logprobs every token is sampled: {tokens} tokens in {forwards} steps");
 }
 
 /// Under memory pressure constrained requests are preempted and recomputed; the grammar state
