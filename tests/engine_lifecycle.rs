@@ -117,7 +117,7 @@ fn requests_that_can_never_fit_are_rejected_at_submit() {
 fn a_batch_submission_is_accepted_whole_or_not_at_all() {
     let mut config = EngineConfig::new(tiny_model(&TinyModelSpec::llama(), "submit-all"));
     config.num_blocks = Some(64);
-    config.max_queued_requests = 3;
+    config.max_queued_requests = Some(3);
     let engine = Engine::start(config).expect("engine");
     let ok = || Request::new(Prompt::Text("fine".into()), params(4));
     let bad = Request::new(Prompt::TokenIds(vec![u32::MAX]), params(4));

@@ -21,7 +21,7 @@ use candle_core::{DType, Device, Module, Tensor};
 use common::{smollm2_path, tiny_model};
 use entrobatch::model_runner::testing::TinyModelSpec;
 use entrobatch::model_runner::{
-    load_gguf, AttentionKernel, AttnMetrics, ForwardBatch, MatmulMode, ModelConfig, ModelRunner, SeqSpan,
+    load_gguf, AttentionKernel, AttnMetrics, ForwardBatch, KvDtype, MatmulMode, ModelConfig, ModelRunner, SeqSpan,
 };
 use entrobatch::sampler::entropix::{attention_stats, AttentionStats};
 
@@ -440,7 +440,6 @@ fn min_dense_rows(mode: MatmulMode) -> usize {
         // Int8 is batch-invariant like Quantized: no row-count threshold.
         MatmulMode::Quantized | MatmulMode::Int8 => usize::MAX,
         MatmulMode::DenseAbove { min_rows } => min_rows,
-        MatmulMode::Hybrid { dense_from_rows } => dense_from_rows,
     }
 }
 
@@ -448,7 +447,7 @@ fn run_runner(path: &Path, mode: MatmulMode, kernel: AttentionKernel) -> (Vec<Se
     let (mut model, _) = load_gguf(path, mode).expect("load");
     model.set_attention_kernel(kernel);
     let plans = plans(model.config().vocab_size as u32);
-    let mut runner = ModelRunner::new(model, 32, BLOCK).expect("runner");
+    let mut runner = ModelRunner::new(model, 32, BLOCK, KvDtype::F32).expect("runner");
     let (got, dense) = drive(&mut runner, &plans, BLOCK, min_dense_rows(mode));
     (plans, got, dense)
 }

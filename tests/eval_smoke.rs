@@ -35,7 +35,7 @@ fn tiny() -> PathBuf {
 fn each_task_runs_two_items_per_strategy() {
     let model = tiny();
     let specs = parse_strategies("plain,entropix,mti:tau=0.5:w=1.5").expect("strategies");
-    let options = RunOptions { model, max_tokens: Some(6), temperature: 0.0, seed: 1, fast: false, max_num_seqs: 8 };
+    let options = RunOptions { model, max_tokens: Some(6), temperature: 0.0, seed: 1, max_num_seqs: 8 };
     for kind in [TaskKind::Humaneval, TaskKind::GsmSymbolic, TaskKind::Mmlu] {
         let task = load_task(kind, &load_options(2)).expect("load task");
         assert_eq!(task.items().len(), 2, "{kind:?}");

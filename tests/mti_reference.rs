@@ -10,7 +10,7 @@ use std::path::Path;
 
 use common::{reference_logits, tiny_model, RefArch};
 use entrobatch::model_runner::testing::TinyModelSpec;
-use entrobatch::model_runner::{load_gguf, ForwardBatch, GgufTokenizer, MatmulMode, ModelRunner, SeqSpan};
+use entrobatch::model_runner::{load_gguf, ForwardBatch, GgufTokenizer, KvDtype, MatmulMode, ModelRunner, SeqSpan};
 use entrobatch::scheduler::{NewSequence, Scheduler, SchedulerConfig};
 use entrobatch::strategy::{MtiConfig, MtiStrategy, SequenceStrategy, SpanPlan, StrategyInput, StrategyOutput};
 use entrobatch::SamplingParams;
@@ -40,9 +40,10 @@ impl Harness {
         let (mut model, tokenizer): (_, GgufTokenizer) = load_gguf(path, MatmulMode::Quantized).expect("load");
         // Bit-comparable with candle-transformers' model: mirror its attention ops.
         model.set_attention_kernel(entrobatch::model_runner::AttentionKernel::CandleMirror);
-        let runner = ModelRunner::new(model, 32, BLOCK).expect("runner");
+        let runner = ModelRunner::new(model, 32, BLOCK, KvDtype::F32).expect("runner");
         let mut scheduler = Scheduler::new(SchedulerConfig {
             max_num_batched_tokens: 64,
+            max_prefill_tokens_with_decodes: 64,
             max_num_seqs: 4,
             block_size: BLOCK,
             num_blocks: 32,
@@ -62,17 +63,20 @@ impl Harness {
         let plan = self.scheduler.schedule();
         assert_eq!(plan.scheduled.len(), 1, "the sequence must be scheduled every step");
         let s = &plan.scheduled[0];
+        let token_ids = self.scheduler.query_token_ids(s).to_vec();
+        let slot_mapping = self.scheduler.slot_mapping(s).expect("slots");
+        let block_table = self.scheduler.get(ID).expect("sequence").block_table_ids().to_vec();
         let span_plan = SpanPlan {
             context_len: s.context_len,
-            token_ids: &s.token_ids,
+            token_ids: &token_ids,
             scratch_rows: s.scratch_rows,
             needs_sample: s.needs_sample,
         };
         let scratch = self.strategy.scratch_rows(&span_plan);
         let mut batch = ForwardBatch {
-            input_ids: s.token_ids.clone(),
-            positions: (s.context_len..s.context_len + s.token_ids.len()).map(|p| p as u32).collect(),
-            slot_mapping: s.slot_mapping.clone(),
+            input_ids: token_ids.clone(),
+            positions: s.positions().map(|p| p as u32).collect(),
+            slot_mapping: slot_mapping.clone(),
             ..ForwardBatch::default()
         };
         for row in &scratch {
@@ -85,7 +89,7 @@ impl Harness {
             query_start: 0,
             query_len: batch.input_ids.len(),
             context_len: s.context_len,
-            block_table: s.block_table.clone(),
+            block_table,
             want_attn_metrics: false,
         });
         let out = self.runner.execute(&batch).expect("forward");
@@ -112,14 +116,7 @@ impl Harness {
         if output.next_scratch_rows > 0 {
             self.scheduler.request_scratch_rows(ID, output.next_scratch_rows).expect("scratch rows");
         }
-        Step {
-            context,
-            token_ids: s.token_ids.clone(),
-            slot_mapping: s.slot_mapping.clone(),
-            num_scratch: scratch.len(),
-            logits,
-            output,
-        }
+        Step { context, token_ids, slot_mapping, num_scratch: scratch.len(), logits, output }
     }
 
     /// The block table, and the K/V (all layers) of every slot of the whole cache.

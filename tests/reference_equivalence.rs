@@ -117,14 +117,14 @@ fn smollm2_under_preemption_stays_close_to_candle_quantized_llama() {
 }
 
 #[test]
-fn smollm2_dense_path_is_close_to_candle_quantized_llama() {
-    assert_equivalent(&common::smollm2_path(), RefArch::Llama, MatmulMode::fast(), SMALL_POOL, Expect::Close);
+fn smollm2_int8_path_is_close_to_candle_quantized_llama() {
+    assert_equivalent(&common::smollm2_path(), RefArch::Llama, MatmulMode::Int8, SMALL_POOL, Expect::Close);
 }
 
 #[test]
-fn tiny_llama_dense_path_is_close_to_candle_quantized_llama() {
+fn tiny_llama_int8_path_is_close_to_candle_quantized_llama() {
     let path = tiny_model(&TinyModelSpec::llama(), "ref-llama-dense");
-    assert_equivalent(&path, RefArch::Llama, MatmulMode::fast(), SMALL_POOL, Expect::Close);
+    assert_equivalent(&path, RefArch::Llama, MatmulMode::Int8, SMALL_POOL, Expect::Close);
 }
 
 #[test]
@@ -148,5 +148,5 @@ fn qwen_coder_matches_candle_quantized_qwen2_when_present() {
     // candle picks different Q4_K/Q6_K kernels for one row than for several, so a batched
     // decode cannot be bit-identical to its one-row-at-a-time reference.
     assert_equivalent(&path, RefArch::Qwen2, MatmulMode::Quantized, SMALL_POOL, Expect::Close);
-    assert_equivalent(&path, RefArch::Qwen2, MatmulMode::fast(), SMALL_POOL, Expect::Close);
+    assert_equivalent(&path, RefArch::Qwen2, MatmulMode::Int8, SMALL_POOL, Expect::Close);
 }

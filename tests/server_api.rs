@@ -204,7 +204,7 @@ fn client_disconnect_mid_stream_frees_blocks() {
 #[test]
 fn full_queue_gets_429_and_the_count_is_exact() {
     let mut config = engine_config(tiny_model("queue", 4096));
-    config.max_queued_requests = 2;
+    config.max_queued_requests = Some(2);
     let server = TestServer::start(config);
     let long = greedy(4000, true);
     let a = server.engine.submit(Request::new(Prompt::Text("a".into()), long.clone())).expect("first");
@@ -215,6 +215,7 @@ fn full_queue_gets_429_and_the_count_is_exact() {
     let refused = server.post_json("/v1/completions", &json!({ "prompt": "c", "max_tokens": 2 }));
     assert_eq!(refused.status, 429, "{}", refused.text());
     assert_eq!(refused.json()["error"]["code"], json!("queue_full"));
+    assert!(refused.headers.to_ascii_lowercase().contains("retry-after: 1"), "{}", refused.headers);
     assert!(started.elapsed() < Duration::from_secs(5), "429 must come at once");
     assert_eq!(server.metric("entrobatch_requests_total{outcome=\"rejected\"}"), 1.0);
     // Finished means released: once a handle has seen its end, the slot is free.

@@ -8,7 +8,7 @@ mod wedlm_common;
 
 use std::sync::atomic::Ordering;
 
-use entrobatch::model_runner::{ForwardBatch, Model, ModelRunner, SeqSpan};
+use entrobatch::model_runner::{ForwardBatch, KvDtype, Model, ModelRunner, SeqSpan};
 use entrobatch::strategy::{build_strategy, SpanPlan, StrategyContext, StrategyInput, WedlmConfig};
 use entrobatch::{Decoding, Prompt, Request, SamplingParams};
 use wedlm_common::*;
@@ -33,7 +33,7 @@ fn drive(dir: &std::path::Path, prompt: &[u32], cfg: &WedlmConfig, max_tokens: u
         ..StrategyContext::new(&tokenizer)
     };
     let mut strategy = build_strategy(&Decoding::Wedlm(cfg.clone()), &ctx).unwrap();
-    let mut runner = ModelRunner::new(model, BLOCKS, BLOCK).unwrap();
+    let mut runner = ModelRunner::new(model, BLOCKS, BLOCK, KvDtype::F32).unwrap();
     let sampling = SamplingParams::greedy();
     let (mut computed, mut pending, mut scratch) = (0usize, prompt.to_vec(), 0usize);
     let mut output: Vec<u32> = Vec::new();
@@ -106,7 +106,7 @@ fn drive(dir: &std::path::Path, prompt: &[u32], cfg: &WedlmConfig, max_tokens: u
 }
 
 fn prefill(model: Model, tokens: &[u32]) -> ModelRunner {
-    let mut runner = ModelRunner::new(model, BLOCKS, BLOCK).unwrap();
+    let mut runner = ModelRunner::new(model, BLOCKS, BLOCK, KvDtype::F32).unwrap();
     let n = tokens.len();
     let batch = ForwardBatch {
         input_ids: tokens.to_vec(),
@@ -182,7 +182,7 @@ fn no_threshold_and_a_huge_penalty_commit_one_token_per_forward_left_to_right() 
             }],
             logits_rows: vec![n - 1],
         };
-        let mut cache = entrobatch::model_runner::KvCache::new(model.config(), 1, 16).unwrap();
+        let mut cache = entrobatch::model_runner::KvCache::new(model.config(), 1, 16, KvDtype::F32).unwrap();
         let want = argmax(model.forward(&batch, &mut cache).unwrap().row(0));
         assert_eq!(got, want, "token {i}");
         tokens.push(got);

@@ -1,7 +1,7 @@
 use std::collections::HashMap;
 
 use entrobatch_model_runner::{ForwardBatch, SeqSpan};
-use entrobatch_scheduler::{SchedulerOutput, SeqId};
+use entrobatch_scheduler::{Scheduler, SchedulerOutput, SeqId};
 
 use crate::request_state::RequestState;
 use crate::strategy::SpanPlan;
@@ -15,32 +15,37 @@ pub struct SpanResult {
 }
 
 /// Packs the scheduler's plan and each strategy's scratch rows into the model runner's
-/// varlen batch: the one place where the scheduler's and the runner's vocabularies meet.
+/// varlen batch: the one place where the scheduler's and the runner's vocabularies meet. Query
+/// tokens, slots and block tables are read in place from the scheduler's sequences and copied
+/// once, into the batch.
 pub fn build_batch(
     plan: &SchedulerOutput,
+    scheduler: &Scheduler,
     requests: &mut HashMap<SeqId, RequestState>,
 ) -> (ForwardBatch, Vec<SpanResult>) {
     let mut batch = ForwardBatch::default();
     let mut results = Vec::with_capacity(plan.scheduled.len());
     for scheduled in &plan.scheduled {
-        let Some(state) = requests.get_mut(&scheduled.seq_id) else { continue };
+        let (Some(state), Some(seq)) = (requests.get_mut(&scheduled.seq_id), scheduler.get(scheduled.seq_id)) else {
+            continue;
+        };
+        let token_ids = scheduler.query_token_ids(scheduled);
         let span_plan = SpanPlan {
             context_len: scheduled.context_len,
-            token_ids: &scheduled.token_ids,
+            token_ids,
             scratch_rows: scheduled.scratch_rows,
             needs_sample: scheduled.needs_sample,
         };
         let scratch = state.strategy.scratch_rows(&span_plan);
-        let query_len = scheduled.token_ids.len() + scratch.len();
+        let query_len = token_ids.len() + scratch.len();
         if query_len == 0 {
             continue;
         }
         let query_start = batch.input_ids.len();
-        batch.input_ids.extend_from_slice(&scheduled.token_ids);
-        batch
-            .positions
-            .extend((scheduled.context_len..scheduled.context_len + scheduled.token_ids.len()).map(|p| p as u32));
-        batch.slot_mapping.extend_from_slice(&scheduled.slot_mapping);
+        batch.input_ids.extend_from_slice(token_ids);
+        batch.positions.extend(scheduled.positions().map(|p| p as u32));
+        // `emit` checked that the table covers every query position.
+        batch.slot_mapping.extend(scheduled.positions().map(|p| seq.slot(p).unwrap_or(-1)));
         for row in &scratch {
             batch.input_ids.push(row.token_id);
             batch.positions.push(row.position);
@@ -58,7 +63,7 @@ pub fn build_batch(
             query_start,
             query_len,
             context_len: scheduled.context_len,
-            block_table: scheduled.block_table.clone(),
+            block_table: seq.block_table_ids().to_vec(),
             want_attn_metrics,
         });
     }

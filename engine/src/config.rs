@@ -1,6 +1,7 @@
 use std::path::PathBuf;
 
 use entrobatch_model_runner::{AttentionKernel, KvDtype, MatmulMode};
+use entrobatch_scheduler::SchedulerConfig;
 
 /// Everything `Engine::start` needs; defaults suit a 2-core CPU and a sub-1B model.
 #[derive(Clone, Debug)]
@@ -14,6 +15,8 @@ pub struct EngineConfig {
     pub num_blocks: Option<usize>,
     /// The one token budget per step shared by prefill chunks and decodes.
     pub max_num_batched_tokens: usize,
+    /// Prefill tokens a step may carry beside decodes (`SchedulerConfig` says why).
+    pub max_prefill_tokens_with_decodes: usize,
     pub max_num_seqs: usize,
     /// Context limit; `None` takes the model's own.
     pub max_model_len: Option<usize>,
@@ -23,8 +26,9 @@ pub struct EngineConfig {
     pub kv_cache_dtype: Option<KvDtype>,
     /// `CandleMirror` makes results bit-comparable with candle-transformers' models (tests).
     pub attention_kernel: AttentionKernel,
-    /// Requests admitted but not yet finished beyond which `submit` answers `QueueFull`.
-    pub max_queued_requests: usize,
+    /// Requests admitted but not yet finished beyond which `submit` answers `QueueFull`;
+    /// `None`: `max_queued_requests()`'s default.
+    pub max_queued_requests: Option<usize>,
     /// Test-only faults (tests/faults.rs; feature `faults`, never in a release build).
     #[cfg(feature = "faults")]
     #[doc(hidden)]
@@ -32,23 +36,39 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
+    pub const DEFAULT_KV_CACHE_BYTES: usize = 1 << 30;
+    /// In-flight requests per running sequence by default: a bound on the waiting queue, so
+    /// that past saturation new requests get a fast refusal (with `Retry-After` over HTTP)
+    /// instead of a wait that grows without end and ends in client timeouts.
+    pub const DEFAULT_QUEUED_PER_SEQ: usize = 2;
+
+    /// The scheduler's limits default as `SchedulerConfig::default()` says; the KV pool's size
+    /// and the context limit follow from memory and the model at start.
     pub fn new(model_path: impl Into<PathBuf>) -> Self {
+        let limits = SchedulerConfig::default();
         Self {
             model_path: model_path.into(),
-            block_size: 16,
-            kv_cache_bytes: 1 << 30,
+            block_size: limits.block_size,
+            kv_cache_bytes: Self::DEFAULT_KV_CACHE_BYTES,
             num_blocks: None,
-            max_num_batched_tokens: 512,
-            max_num_seqs: 64,
+            max_num_batched_tokens: limits.max_num_batched_tokens,
+            max_prefill_tokens_with_decodes: limits.max_prefill_tokens_with_decodes,
+            max_num_seqs: limits.max_num_seqs,
             max_model_len: None,
-            enable_prefix_caching: true,
+            enable_prefix_caching: limits.enable_prefix_caching,
             matmul_mode: MatmulMode::default(),
             kv_cache_dtype: None,
             attention_kernel: AttentionKernel::default(),
-            max_queued_requests: 4096,
+            max_queued_requests: None,
             #[cfg(feature = "faults")]
             faults: Default::default(),
         }
+    }
+
+    /// The in-flight bound in force: the configured one, else `DEFAULT_QUEUED_PER_SEQ` times
+    /// `max_num_seqs` (128 with the default limits, TGI's default `max_concurrent_requests`).
+    pub fn max_queued_requests(&self) -> usize {
+        self.max_queued_requests.unwrap_or(self.max_num_seqs.saturating_mul(Self::DEFAULT_QUEUED_PER_SEQ))
     }
 
     /// The KV cache's value type: the configured one, else f16 for a GGUF model under the int8

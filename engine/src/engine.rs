@@ -83,6 +83,7 @@ impl Engine {
         });
         let limits = SchedulerConfig {
             max_num_batched_tokens: config.max_num_batched_tokens,
+            max_prefill_tokens_with_decodes: config.max_prefill_tokens_with_decodes,
             max_num_seqs: config.max_num_seqs,
             block_size: config.block_size,
             num_blocks,
@@ -90,7 +91,7 @@ impl Engine {
             enable_prefix_caching: config.enable_prefix_caching,
         };
         let scheduler = Scheduler::new(limits.clone())?;
-        let runner = ModelRunner::with_kv_dtype(model, num_blocks, config.block_size, kv_dtype)?;
+        let runner = ModelRunner::new(model, num_blocks, config.block_size, kv_dtype)?;
         let chat_template = ChatTemplate::for_tokenizer(&tokenizer)?;
         let tokenizer = Arc::new(tokenizer);
         let metrics = Arc::new(EngineMetrics::default());
@@ -114,7 +115,18 @@ impl Engine {
             .map_err(|e| EngineError::Config(format!("cannot start the engine thread: {e}")))?;
         let model_name =
             config.model_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
-        tracing::info!(model = %model_name, num_blocks, block_size = config.block_size, max_model_len, "engine started");
+        tracing::info!(
+            model = %model_name,
+            num_blocks,
+            block_size = config.block_size,
+            kv_dtype = ?kv_dtype,
+            max_model_len,
+            max_num_seqs = config.max_num_seqs,
+            max_num_batched_tokens = config.max_num_batched_tokens,
+            max_prefill_tokens_with_decodes = config.max_prefill_tokens_with_decodes,
+            max_queued_requests = config.max_queued_requests(),
+            "engine started"
+        );
         Ok(Self {
             commands,
             thread: Mutex::new(Some(thread)),
@@ -132,7 +144,7 @@ impl Engine {
                 kv_cache_dtype: kv_dtype,
             },
             next_id: AtomicU64::new(1),
-            max_queued_requests: config.max_queued_requests,
+            max_queued_requests: config.max_queued_requests(),
             limits,
             structured: OnceLock::new(),
         })
@@ -286,6 +298,11 @@ impl Engine {
     /// submit and on finish, not sampled from the per-step gauges).
     pub fn in_flight(&self) -> u64 {
         self.metrics.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The in-flight bound beyond which `submit` answers `QueueFull`.
+    pub fn max_queued_requests(&self) -> usize {
+        self.max_queued_requests
     }
 
     /// Stops the loop thread; safe to call more than once.

@@ -17,7 +17,7 @@ use crate::faults::FaultInjection;
 use crate::logits_check::check_logits_finite;
 use crate::metrics::EngineMetrics;
 use crate::prepare::PreparedRequest;
-use crate::request_state::RequestState;
+use crate::request_state::{RequestState, SequenceCounts};
 use crate::strategy::{SequenceStrategy, StrategyInput, StrategyOutput};
 use crate::structured::Constraint;
 
@@ -102,9 +102,10 @@ impl EngineLoop {
             self.step();
             self.publish_gauges();
         }
-        for (_, state) in self.requests.drain() {
+        for (id, state) in self.requests.drain() {
             self.metrics.release_in_flight();
-            state.finish(FinishReason::Abort, Some("engine shut down".into()), 0);
+            let counts = self.scheduler.get(id).map(SequenceCounts::of).unwrap_or_default();
+            state.finish(FinishReason::Abort, Some("engine shut down".into()), counts);
         }
         // Submissions still queued in the channel never started: end their streams too.
         while let Ok(cmd) = self.commands.try_recv() {
@@ -177,25 +178,19 @@ impl EngineLoop {
         state.constraint = constraint;
         if self.draining {
             self.metrics.release_in_flight();
-            state.finish(FinishReason::Abort, Some("engine is shutting down".into()), 0);
+            state.finish(FinishReason::Abort, Some("engine is shutting down".into()), SequenceCounts::default());
             return;
         }
         let new_seq = NewSequence { id, prompt_token_ids, max_tokens };
         match self.scheduler.add(new_seq) {
             Ok(()) => {
                 self.metrics.prompt_tokens.fetch_add(num_prompt as u64, Ordering::Relaxed);
-                let lookahead = state.strategy.lookahead_slots();
-                // A reservation, not a need (scratch rows never write the cache): a pool too
-                // small for it just runs without.
-                if lookahead > 0 && self.scheduler.set_lookahead_slots(id, lookahead).is_err() {
-                    tracing::debug!(request = id, lookahead, "lookahead slots do not fit the KV pool; skipped");
-                }
                 self.requests.insert(id, state);
             }
             Err(e) => {
                 self.metrics.requests_rejected.fetch_add(1, Ordering::Relaxed);
                 self.metrics.release_in_flight();
-                state.finish(FinishReason::Error, Some(e.to_string()), 0);
+                state.finish(FinishReason::Error, Some(e.to_string()), SequenceCounts::default());
             }
         }
     }
@@ -209,7 +204,7 @@ impl EngineLoop {
                 state.strategy.on_preempted();
             }
         }
-        let (batch, spans) = build_batch(&plan, &mut self.requests);
+        let (batch, spans) = build_batch(&plan, &self.scheduler, &mut self.requests);
         if batch.num_rows() == 0 {
             return;
         }
@@ -316,13 +311,16 @@ impl EngineLoop {
             // The grammar has already advanced over this step's tokens: it may be complete
             // only after the last of them (a fast-forwarded run ends the output).
             let grammar_complete = i == last && state.constraint.as_ref().is_some_and(Constraint::is_finished);
-            if let Err(e) = self.scheduler.append_token(id, token.token_id) {
-                let message = format!("scheduler rejected token: {e}");
-                self.finish_request(id, FinishReason::Error, Some(message));
-                return;
-            }
+            let appended = match self.scheduler.append_token(id, token.token_id) {
+                Ok(appended) => appended,
+                Err(e) => {
+                    let message = format!("scheduler rejected token: {e}");
+                    self.finish_request(id, FinishReason::Error, Some(message));
+                    return;
+                }
+            };
             let guided = token.metrics.as_ref().and_then(|m| m.guided);
-            let (finish, timing) = state.append(token, &self.tokenizer, grammar_complete);
+            let (finish, timing) = state.append(token, appended, &self.tokenizer, grammar_complete);
             self.metrics.output_tokens.fetch_add(1, Ordering::Relaxed);
             self.metrics.record_guidance(guided);
             if let Some(t) = timing.time_to_first_token {
@@ -346,7 +344,7 @@ impl EngineLoop {
     /// Ends a request whatever its state: frees its blocks (the scheduler drops its block
     /// table) and sends the final event.
     fn finish_request(&mut self, id: RequestId, reason: FinishReason, error: Option<String>) {
-        let cached_tokens = self.scheduler.get(id).map_or(0, |seq| seq.num_cached_prompt_tokens());
+        let counts = self.scheduler.get(id).map(SequenceCounts::of).unwrap_or_default();
         if self.scheduler.finish(id, reason.into()).is_err() {
             self.scheduler.abort(id);
         }
@@ -356,7 +354,10 @@ impl EngineLoop {
             }
             self.metrics.requests_finished[reason.index()].fetch_add(1, Ordering::Relaxed);
             self.metrics.release_in_flight();
-            state.finish(reason, error, cached_tokens);
+            // Whoever sees the final event may read the gauges: they must already show the
+            // blocks freed (a few atomic stores).
+            self.publish_gauges();
+            state.finish(reason, error, counts);
         }
     }
 

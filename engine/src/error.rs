@@ -17,7 +17,7 @@ pub enum EngineError {
     Structured(#[from] crate::structured::StructuredError),
     #[error("request needs {needed} tokens but the limit is {limit}: {reason}")]
     NeverFits { needed: usize, limit: usize, reason: String },
-    #[error("the engine's waiting queue is full ({0} requests)")]
+    #[error("the engine is at capacity ({0} requests in flight); retry shortly")]
     QueueFull(usize),
     #[error("model: {0}")]
     Model(#[from] entrobatch_model_runner::ModelError),

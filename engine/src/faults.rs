@@ -21,6 +21,9 @@ pub struct FaultInjection {
     pub nan_logits_request: Option<RequestId>,
     /// Like `nan_logits_request`, with +infinity in one entry of each row.
     pub inf_logits_request: Option<RequestId>,
+    /// Every forward takes at least this long: keeps a request in flight for as long as a
+    /// test needs (draining at shutdown), whatever the machine's speed.
+    pub slow_forward: Option<std::time::Duration>,
 }
 
 impl FaultInjection {
@@ -29,6 +32,7 @@ impl FaultInjection {
             || self.panic_forward.is_some()
             || self.nan_logits_request.is_some()
             || self.inf_logits_request.is_some()
+            || self.slow_forward.is_some()
     }
 
     /// Called in place of the forward's start; `forward` is the forward's index.
@@ -38,6 +42,9 @@ impl FaultInjection {
         }
         if self.fail_forward == Some(forward) {
             return Err(ModelError::InvalidBatch(format!("injected failure in forward {forward}")));
+        }
+        if let Some(delay) = self.slow_forward {
+            std::thread::sleep(delay);
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 use std::time::Instant;
 
 use entrobatch_model_runner::GgufTokenizer;
+use entrobatch_scheduler::{Appended, Sequence};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::detokenizer::Detokenizer;
@@ -10,7 +11,8 @@ use crate::stop_checker::{StopChecker, StopOutcome};
 use crate::strategy::SequenceStrategy;
 use crate::structured::Constraint;
 
-/// What the engine loop keeps for one live request beyond the scheduler's `Sequence`.
+/// What the engine loop keeps for one live request beyond the scheduler's `Sequence`, which
+/// owns the tokens, the output's length and its `max_tokens` limit.
 pub struct RequestState {
     pub strategy: Box<dyn SequenceStrategy>,
     /// The grammar of a structured-output request; advanced on every committed token.
@@ -18,13 +20,26 @@ pub struct RequestState {
     pub params: GenerationParams,
     pub seed: u64,
     pub num_prompt_tokens: usize,
-    pub num_output_tokens: usize,
     pub submitted_at: Instant,
     last_token_at: Option<Instant>,
     sender: UnboundedSender<Event>,
     detokenizer: Detokenizer,
     stop_checker: StopChecker,
     eos_token_ids: Vec<u32>,
+}
+
+/// A finished request's token counts, read from its scheduler `Sequence`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SequenceCounts {
+    /// Prompt tokens the prefix cache served.
+    pub cached_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+impl SequenceCounts {
+    pub fn of(seq: &Sequence) -> Self {
+        Self { cached_tokens: seq.num_cached_prompt_tokens(), completion_tokens: seq.num_output_tokens() }
+    }
 }
 
 /// Latencies of one appended token, for the metrics histograms.
@@ -49,7 +64,6 @@ impl RequestState {
             params,
             seed,
             num_prompt_tokens,
-            num_output_tokens: 0,
             submitted_at: Instant::now(),
             last_token_at: None,
             sender,
@@ -59,7 +73,8 @@ impl RequestState {
         }
     }
 
-    /// Streams one sampled token and says whether the request is now finished.
+    /// Streams one sampled token (already appended to the scheduler's sequence, whose answer is
+    /// `appended`) and says whether the request is now finished.
     /// `grammar_complete`: a structured output's grammar allows only EOS after this token, so
     /// the request ends now rather than spend a step on it.
     /// Returns `None` while it goes on. A closed receiver (the client went away) finishes
@@ -67,6 +82,7 @@ impl RequestState {
     pub fn append(
         &mut self,
         token: GeneratedToken,
+        appended: Appended,
         tokenizer: &GgufTokenizer,
         grammar_complete: bool,
     ) -> (Option<FinishReason>, TokenTiming) {
@@ -76,7 +92,6 @@ impl RequestState {
             inter_token_latency: self.last_token_at.map(|t| (now - t).as_secs_f64()),
         };
         self.last_token_at = Some(now);
-        self.num_output_tokens += 1;
         let id = token.token_id;
         let is_eos = !self.params.ignore_eos && self.eos_token_ids.contains(&id);
         let is_stop_id = self.params.stop_token_ids.contains(&id);
@@ -87,7 +102,7 @@ impl RequestState {
         };
         let mut finish = if is_eos || is_stop_id || stopped_by_string || grammar_complete {
             Some(FinishReason::Stop)
-        } else if self.num_output_tokens >= self.params.max_tokens {
+        } else if appended.reached_max_tokens {
             Some(FinishReason::Length)
         } else {
             None
@@ -107,13 +122,14 @@ impl RequestState {
         (finish, timing)
     }
 
-    /// Sends the final event; `cached_tokens`: prompt tokens the prefix cache served.
-    pub fn finish(&self, reason: FinishReason, error: Option<String>, cached_tokens: usize) {
+    /// Sends the final event with the counts the scheduler's sequence kept (`Default` for a
+    /// request that never reached it).
+    pub fn finish(&self, reason: FinishReason, error: Option<String>, counts: SequenceCounts) {
         let _ = self.sender.send(Event::Finished {
             reason,
             prompt_tokens: self.num_prompt_tokens,
-            cached_tokens,
-            completion_tokens: self.num_output_tokens,
+            cached_tokens: counts.cached_tokens,
+            completion_tokens: counts.completion_tokens,
             error,
             strategy_stats: self.strategy.summary(),
         });

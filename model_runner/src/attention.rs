@@ -1,8 +1,8 @@
-use half::f16;
 use rayon::prelude::*;
 
 use crate::attention_simd::{self as simd, KvElem};
 use crate::batch::SeqSpan;
+use crate::error::{ModelError, Result};
 use crate::kv_cache::LayerKv;
 use crate::metrics::{attention_metrics, AttnMetrics};
 use crate::softmax::softmax_in_place;
@@ -16,36 +16,30 @@ pub struct AttentionShape {
     pub block_size: usize,
 }
 
-/// The current step's rotated Q and K, and V, all `[rows, heads, head_dim]`.
-pub struct StepQkv<'a> {
-    pub q: &'a [f32],
-    pub k: &'a [f32],
-    pub v: &'a [f32],
-}
-
-/// Paged attention over a packed varlen batch. Keys before a span's `context_len` come from
-/// the cache through its block table; the span's own rows come from this step's K/V (in the
-/// cache's value type, so a key reads the same whether or not it is already cached), so rows
-/// that are never persisted (slot -1) need no scratch slots. One rayon task per query row;
+/// Paged attention over a packed varlen batch: `q` is the step's rotated queries
+/// `[rows, heads, head_dim]`. Keys before a span's `context_len` come from the cache through
+/// its block table; the span's own rows come from `step`, this step's K/V in the cache's value
+/// type (so a key reads the same whether or not it is already cached), so rows that are never
+/// persisted (slot -1) need no scratch slots. One rayon task per query row;
 /// the query heads that share a KV head are scored together so each key row is loaded once.
 ///
 /// Returns the attention output `[rows, heads, head_dim]` and, when `collect_metrics`, the
 /// attention metrics of the last row of every span that asks for them.
 pub fn paged_attention(
     shape: AttentionShape,
-    qkv: &StepQkv<'_>,
+    q: &[f32],
+    step: &LayerKv,
     cache: &LayerKv,
     spans: &[SeqSpan],
     collect_metrics: bool,
-) -> (Vec<f32>, Vec<Option<AttnMetrics>>) {
-    match cache {
-        LayerKv::F32(c) => attend_all(shape, qkv.q, (qkv.k, qkv.v), (&c.k, &c.v), spans, collect_metrics),
-        LayerKv::F16(c) => {
-            let step_k: Vec<f16> = qkv.k.iter().map(|&x| f16::from_f32(x)).collect();
-            let step_v: Vec<f16> = qkv.v.iter().map(|&x| f16::from_f32(x)).collect();
-            attend_all(shape, qkv.q, (&step_k, &step_v), (&c.k, &c.v), spans, collect_metrics)
+) -> Result<(Vec<f32>, Vec<Option<AttnMetrics>>)> {
+    Ok(match (step, cache) {
+        (LayerKv::F32(s), LayerKv::F32(c)) => attend_all(shape, q, (&s.k, &s.v), (&c.k, &c.v), spans, collect_metrics),
+        (LayerKv::F16(s), LayerKv::F16(c)) => attend_all(shape, q, (&s.k, &s.v), (&c.k, &c.v), spans, collect_metrics),
+        (s, c) => {
+            return Err(ModelError::KvCache(format!("{:?} step rows against a {:?} cache", s.dtype(), c.dtype())))
         }
-    }
+    })
 }
 
 /// Step K/V and cached K/V, each as (K, V).
@@ -189,6 +183,7 @@ fn weighted_sum<'a, T: KvElem>(probs: &[f32], value: impl Fn(usize) -> &'a [T], 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::f16;
 
     /// A key's score is the same bits whether it falls in a block of 8 (the vector path) or
     /// in the tail (the scalar `dot`), so a row's scores do not depend on its key count.

@@ -1,6 +1,6 @@
 use candle_core::{Device, Tensor, D};
 
-use crate::attention::{AttentionShape, StepQkv};
+use crate::attention::AttentionShape;
 use crate::batch::SeqSpan;
 use crate::error::Result;
 use crate::kv_cache::LayerKv;
@@ -17,7 +17,8 @@ use crate::metrics::{attention_metrics, AttnMetrics};
 /// The fused kernel in `attention.rs` is the fast path; this one is used in `Quantized` mode.
 pub fn exact_attention(
     shape: AttentionShape,
-    qkv: &StepQkv<'_>,
+    q: &[f32],
+    step: &LayerKv,
     cache: &LayerKv,
     spans: &[SeqSpan],
     collect_metrics: bool,
@@ -25,14 +26,14 @@ pub fn exact_attention(
     let AttentionShape { num_heads, num_kv_heads, head_dim, block_size } = shape;
     let q_row_len = num_heads * head_dim;
     let kv_row_len = num_kv_heads * head_dim;
-    let rows = qkv.q.len() / q_row_len;
+    let rows = q.len() / q_row_len;
     let device = Device::Cpu;
     let mut out = vec![0f32; rows * q_row_len];
     let mut metrics = vec![None; spans.len()];
     for (s, span) in spans.iter().enumerate() {
         let (q_len, ctx) = (span.query_len, span.context_len);
         let n = ctx + q_len;
-        let q_rows = &qkv.q[span.query_start * q_row_len..(span.query_start + q_len) * q_row_len];
+        let q_rows = &q[span.query_start * q_row_len..(span.query_start + q_len) * q_row_len];
         let q = Tensor::from_slice(q_rows, (1, q_len, num_heads, head_dim), &device)?.transpose(1, 2)?.contiguous()?;
         let mut k_rows = Vec::with_capacity(n * kv_row_len);
         let mut v_rows = Vec::with_capacity(n * kv_row_len);
@@ -42,9 +43,9 @@ pub fn exact_attention(
             k_rows.extend(k);
             v_rows.extend(v);
         }
-        let new = span.query_start * kv_row_len..(span.query_start + q_len) * kv_row_len;
-        k_rows.extend_from_slice(&qkv.k[new.clone()]);
-        v_rows.extend_from_slice(&qkv.v[new]);
+        let (k, v) = step.read(span.query_start * kv_row_len, q_len * kv_row_len);
+        k_rows.extend(k);
+        v_rows.extend(v);
         let to_heads = |rows: Vec<f32>| -> Result<Tensor> {
             let t = Tensor::from_vec(rows, (1, n, num_kv_heads, head_dim), &device)?.transpose(1, 2)?.contiguous()?;
             Ok(candle_transformers::utils::repeat_kv(t, num_heads / num_kv_heads)?)

@@ -41,7 +41,9 @@ pub struct KvCache {
     dtype: KvDtype,
 }
 
-/// One layer's K and V in the cache's dtype (both always of the same one).
+/// K and V rows in the cache's dtype (both always of the same one): one layer of the cache,
+/// or one step's new rows, converted once so that the cache stores them and attention reads
+/// them without another conversion.
 pub enum LayerKv {
     F32(KvValues<f32>),
     F16(KvValues<f16>),
@@ -52,6 +54,13 @@ pub struct KvValues<T> {
     pub v: Vec<T>,
 }
 
+impl<T: Copy> KvValues<T> {
+    fn copy_from(&mut self, to: usize, src: &KvValues<T>, from: usize, len: usize) {
+        self.k[to..to + len].copy_from_slice(&src.k[from..from + len]);
+        self.v[to..to + len].copy_from_slice(&src.v[from..from + len]);
+    }
+}
+
 impl LayerKv {
     fn zeros(dtype: KvDtype, len: usize) -> Self {
         match dtype {
@@ -60,18 +69,35 @@ impl LayerKv {
         }
     }
 
-    fn write(&mut self, at: usize, k: &[f32], v: &[f32]) {
-        let n = k.len();
-        match self {
-            LayerKv::F32(kv) => {
-                kv.k[at..at + n].copy_from_slice(k);
-                kv.v[at..at + n].copy_from_slice(v);
-            }
-            LayerKv::F16(kv) => {
-                kv.k[at..at + n].iter_mut().zip(k).for_each(|(d, &x)| *d = f16::from_f32(x));
-                kv.v[at..at + n].iter_mut().zip(v).for_each(|(d, &x)| *d = f16::from_f32(x));
+    /// A step's K and V rows (`[rows, kv_heads * head_dim]` f32) in `dtype`. f16 rounds each
+    /// value once, here, so a key reads the same from this step as from the cache later.
+    pub fn from_rows(dtype: KvDtype, k: Vec<f32>, v: Vec<f32>) -> Self {
+        match dtype {
+            KvDtype::F32 => LayerKv::F32(KvValues { k, v }),
+            KvDtype::F16 => {
+                let narrow = |x: &[f32]| x.iter().map(|&x| f16::from_f32(x)).collect();
+                LayerKv::F16(KvValues { k: narrow(&k), v: narrow(&v) })
             }
         }
+    }
+
+    pub fn dtype(&self) -> KvDtype {
+        match self {
+            LayerKv::F32(_) => KvDtype::F32,
+            LayerKv::F16(_) => KvDtype::F16,
+        }
+    }
+
+    /// Copies `len` values of `src` from `from` to `to` in `self`; both of one dtype.
+    fn copy_from(&mut self, to: usize, src: &LayerKv, from: usize, len: usize) -> Result<()> {
+        match (self, src) {
+            (LayerKv::F32(d), LayerKv::F32(s)) => d.copy_from(to, s, from, len),
+            (LayerKv::F16(d), LayerKv::F16(s)) => d.copy_from(to, s, from, len),
+            (d, s) => {
+                return Err(ModelError::KvCache(format!("{:?} rows written to a {:?} cache", s.dtype(), d.dtype())))
+            }
+        }
+        Ok(())
     }
 
     /// `len` K and V values from `at`, as f32.
@@ -87,11 +113,7 @@ impl LayerKv {
 }
 
 impl KvCache {
-    pub fn new(config: &ModelConfig, num_blocks: usize, block_size: usize) -> Result<Self> {
-        Self::with_dtype(config, num_blocks, block_size, KvDtype::F32)
-    }
-
-    pub fn with_dtype(config: &ModelConfig, num_blocks: usize, block_size: usize, dtype: KvDtype) -> Result<Self> {
+    pub fn new(config: &ModelConfig, num_blocks: usize, block_size: usize, dtype: KvDtype) -> Result<Self> {
         if num_blocks == 0 || block_size == 0 {
             return Err(ModelError::KvCache(format!(
                 "need at least one block of at least one slot (got {num_blocks} x {block_size})"
@@ -134,18 +156,17 @@ impl KvCache {
         &self.layers[layer]
     }
 
-    /// Persists the rows whose slot is not -1; `k`/`v` are `[rows, kv_heads * head_dim]`.
-    pub fn store(&mut self, layer: usize, slot_mapping: &[i64], k: &[f32], v: &[f32]) {
+    /// Persists the rows of `step` (`LayerKv::from_rows` in this cache's dtype) whose slot is
+    /// not -1.
+    pub fn store(&mut self, layer: usize, slot_mapping: &[i64], step: &LayerKv) -> Result<()> {
         let row_len = self.row_len;
         let kv = &mut self.layers[layer];
         for (row, &slot) in slot_mapping.iter().enumerate() {
-            if slot < 0 {
-                continue;
+            if slot >= 0 {
+                kv.copy_from(slot as usize * row_len, step, row * row_len, row_len)?;
             }
-            let dst = slot as usize * row_len;
-            let src = row * row_len;
-            kv.write(dst, &k[src..src + row_len], &v[src..src + row_len]);
         }
+        Ok(())
     }
 
     /// K and V of one slot in one layer (tests compare committed K/V against a fresh prefill).

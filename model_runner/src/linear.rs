@@ -23,11 +23,6 @@ pub enum MatmulMode {
     /// and each row's result is bit-identical whatever else is in the batch. Other formats
     /// (f16, f32) keep candle's matmul.
     Int8,
-    /// `Int8` for steps below `dense_from_rows` rows and the f32 GEMM of `DenseAbove` from
-    /// there on. A row's result then depends on the size of the step it lands in. Since the
-    /// 8-column int8 kernel the GEMM no longer wins at any step size measured (1 to 512 rows,
-    /// BENCHMARKS.md), so this only serves comparisons (`bench throughput --matmul hybrid`).
-    Hybrid { dense_from_rows: usize },
 }
 
 /// The default keeps results independent of batch composition (the per-request seed
@@ -35,15 +30,6 @@ pub enum MatmulMode {
 /// mode at every step size measured (BENCHMARKS.md, "Int8 matmul").
 impl Default for MatmulMode {
     fn default() -> Self {
-        Self::Int8
-    }
-}
-
-impl MatmulMode {
-    /// The throughput mode (`--fast`, `--fast-matmul`). It used to run prefill-sized steps as
-    /// f32 GEMMs; the int8 kernel now beats the GEMM at every step size (2x at 512 rows), so
-    /// it is `Int8`, and the flags stay only so existing command lines keep working.
-    pub fn fast() -> Self {
         Self::Int8
     }
 }
@@ -65,9 +51,9 @@ pub struct Linear {
     /// candle's matmul over the GGUF weight, kept only where the int8 repack does not replace
     /// it (a format the repack does not support, or the `Quantized`/`DenseAbove` modes).
     quantized: Option<QMatMul>,
-    /// `W^T` as `[in, out]` f32, present in the `DenseAbove` and `Hybrid` modes.
+    /// `W^T` as `[in, out]` f32, present in the `DenseAbove` mode.
     dense_t: Option<Tensor>,
-    /// The repacked weight, present in the `Int8` and `Hybrid` modes for supported formats.
+    /// The repacked weight, present in the `Int8` mode for supported formats.
     int8: Option<PackedWeight>,
     bias: Option<Vec<f32>>,
     min_dense_rows: usize,
@@ -77,12 +63,12 @@ impl Linear {
     pub fn new(weight: QTensor, bias: Option<Tensor>, mode: MatmulMode) -> Result<Self> {
         let device = weight.device();
         let int8 = match mode {
-            MatmulMode::Int8 | MatmulMode::Hybrid { .. } => PackedWeight::from_qtensor(&weight).map_err(int8_err)?,
+            MatmulMode::Int8 => PackedWeight::from_qtensor(&weight).map_err(int8_err)?,
             _ => None,
         };
         let (dense_t, min_dense_rows) = match mode {
             MatmulMode::Quantized | MatmulMode::Int8 => (None, usize::MAX),
-            MatmulMode::DenseAbove { min_rows: from } | MatmulMode::Hybrid { dense_from_rows: from } => {
+            MatmulMode::DenseAbove { min_rows: from } => {
                 let w = weight.dequantize(&device)?;
                 (Some(w.t()?.contiguous()?), from)
             }
@@ -109,7 +95,7 @@ impl Linear {
 
     /// `y = x W^T (+ b)` for `rows` rows of `x` (`[rows, in]`): returns `[rows, out]`.
     pub fn forward(&self, x: &[f32], rows: usize) -> Result<Vec<f32>> {
-        if let Some(w) = self.int8_for(rows) {
+        if let Some(w) = self.int8.as_ref() {
             let mut ys = Self::forward_int8(&[self], vec![w], x, rows)?;
             return ys.pop().ok_or_else(|| ModelError::Unsupported("int8 matmul returned no output".into()));
         }
@@ -128,17 +114,12 @@ impl Linear {
     /// Where all of them take the int8 kernel for this step, the input is quantized once and
     /// their columns share one parallel pass; each result is bit-identical to its `forward`.
     pub fn forward_many<const N: usize>(linears: [&Linear; N], x: &[f32], rows: usize) -> Result<[Vec<f32>; N]> {
-        let packed: Option<Vec<&PackedWeight>> = linears.iter().map(|l| l.int8_for(rows)).collect();
+        let packed: Option<Vec<&PackedWeight>> = linears.iter().map(|l| l.int8.as_ref()).collect();
         let ys = match packed {
             Some(weights) => Self::forward_int8(&linears, weights, x, rows)?,
             None => linears.iter().map(|l| l.forward(x, rows)).collect::<Result<Vec<_>>>()?,
         };
         ys.try_into().map_err(|_| ModelError::Unsupported("projection count changed".into()))
-    }
-
-    /// The repacked weight when this step's `rows` take the int8 kernel (not the GEMM).
-    fn int8_for(&self, rows: usize) -> Option<&PackedWeight> {
-        self.int8.as_ref().filter(|_| self.dense_t.is_none() || rows < self.min_dense_rows)
     }
 
     /// `linears[i]` through its repacked `weights[i]`, all in one `matmul_many` call.

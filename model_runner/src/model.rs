@@ -3,12 +3,12 @@ use std::io::{Read, Seek};
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
 
-use crate::attention::{paged_attention, AttentionShape, StepQkv};
+use crate::attention::{paged_attention, AttentionShape};
 use crate::attention_exact::exact_attention;
 use crate::batch::ForwardBatch;
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
-use crate::kv_cache::{KvCache, KvDtype};
+use crate::kv_cache::{KvCache, LayerKv};
 use crate::linear::{AttentionKernel, Linear, MatmulMode};
 use crate::metrics::AttnMetrics;
 use crate::ops;
@@ -141,7 +141,7 @@ impl Model {
         let last_layer = self.layers.len().saturating_sub(1);
         for (l, layer) in self.layers.iter().enumerate() {
             let h = ops::rms_norm(&x, &layer.attn_norm, eps);
-            let [mut q, mut k, mut v] = Linear::forward_many([&layer.wq, &layer.wk, &layer.wv], &h, rows)?;
+            let [mut q, mut k, v] = Linear::forward_many([&layer.wq, &layer.wk, &layer.wv], &h, rows)?;
             if let Some(w) = &layer.q_norm {
                 q = ops::rms_norm(&q, w, eps);
             }
@@ -150,17 +150,12 @@ impl Model {
             }
             self.rope.apply(&mut q, cfg.num_heads, &batch.positions);
             self.rope.apply(&mut k, cfg.num_kv_heads, &batch.positions);
-            if cache.dtype() == KvDtype::F16 {
-                // Rounded once here, so a key reads the same from this step as from the cache.
-                ops::round_to_f16(&mut k);
-                ops::round_to_f16(&mut v);
-            }
-            cache.store(l, &batch.slot_mapping, &k, &v);
-            let qkv = StepQkv { q: &q, k: &k, v: &v };
+            let step = LayerKv::from_rows(cache.dtype(), k, v);
+            cache.store(l, &batch.slot_mapping, &step)?;
             let (attn, metrics) = if self.exact_attention {
-                exact_attention(shape, &qkv, cache.layer(l), &batch.seqs, l == last_layer)?
+                exact_attention(shape, &q, &step, cache.layer(l), &batch.seqs, l == last_layer)?
             } else {
-                paged_attention(shape, &qkv, cache.layer(l), &batch.seqs, l == last_layer)
+                paged_attention(shape, &q, &step, cache.layer(l), &batch.seqs, l == last_layer)?
             };
             if l == last_layer {
                 attn_metrics = metrics;

@@ -55,11 +55,6 @@ pub fn add_bias(y: &mut [f32], bias: &[f32]) {
     y.chunks_mut(bias.len()).for_each(|row| add_in_place(row, bias));
 }
 
-/// Every value rounded to the nearest f16 (the `KvDtype::F16` cache's precision).
-pub fn round_to_f16(x: &mut [f32]) {
-    x.iter_mut().for_each(|v| *v = half::f16::from_f32(*v).to_f32());
-}
-
 /// Rows `ids` of a `[n, width]` table, concatenated.
 pub fn gather_rows(table: &[f32], width: usize, ids: impl IntoIterator<Item = usize>) -> Result<Vec<f32>> {
     let n = table.len() / width.max(1);

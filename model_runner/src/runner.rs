@@ -65,12 +65,9 @@ pub struct ModelRunner {
 }
 
 impl ModelRunner {
-    pub fn new(model: Model, num_blocks: usize, block_size: usize) -> Result<Self> {
-        Self::with_kv_dtype(model, num_blocks, block_size, KvDtype::F32)
-    }
-
-    pub fn with_kv_dtype(model: Model, num_blocks: usize, block_size: usize, dtype: KvDtype) -> Result<Self> {
-        let cache = KvCache::with_dtype(model.config(), num_blocks, block_size, dtype)?;
+    /// The cache's value type has no default here: the engine picks it (`EngineConfig::kv_cache_dtype`).
+    pub fn new(model: Model, num_blocks: usize, block_size: usize, dtype: KvDtype) -> Result<Self> {
+        let cache = KvCache::new(model.config(), num_blocks, block_size, dtype)?;
         Ok(Self { model, cache })
     }
 

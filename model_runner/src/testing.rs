@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 
 #[path = "testing_vocab.rs"]
 mod vocab;
@@ -96,21 +98,18 @@ impl TinyModelSpec {
     }
 }
 
-/// SplitMix64: a seeded, dependency-free generator; quality is ample for test weights.
-struct Rng(u64);
+/// Seeded normal weights for generated models (GGUF here, safetensors in `testing_hf`), so a
+/// seed names one model.
+pub(crate) struct WeightRng(SplitMix64);
 
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+impl WeightRng {
+    pub(crate) fn new(seed: u64) -> Self {
+        Self(SplitMix64::seed_from_u64(seed))
     }
 
     /// Uniform in (0, 1]: never 0, so the Box-Muller log is finite.
     fn unit(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
+        ((self.0.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
     }
 
     fn normal(&mut self, std: f32) -> f32 {
@@ -118,7 +117,7 @@ impl Rng {
         ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32 * std
     }
 
-    fn tensor(&mut self, dims: &[usize], mean: f32, std: f32) -> candle_core::Result<Tensor> {
+    pub(crate) fn tensor(&mut self, dims: &[usize], mean: f32, std: f32) -> candle_core::Result<Tensor> {
         let n = dims.iter().product();
         let data: Vec<f32> = (0..n).map(|_| mean + self.normal(std)).collect();
         Tensor::from_vec(data, dims, &Device::Cpu)
@@ -178,7 +177,7 @@ pub fn write_tiny_gguf(path: &Path, spec: &TinyModelSpec) -> candle_core::Result
 
 /// All tensors in llama.cpp naming, with candle shapes `(out, in)` (GGUF stores them reversed).
 fn build_tensors(spec: &TinyModelSpec) -> candle_core::Result<Vec<(String, QTensor)>> {
-    let mut rng = Rng(spec.seed ^ 0x5EED_0F7E_5700);
+    let mut rng = WeightRng::new(spec.seed ^ 0x5EED_0F7E_5700);
     let (h, hd, ff) = (spec.hidden, spec.head_dim(), spec.intermediate);
     let kv = spec.n_kv_heads * hd;
     let mut out = Vec::new();

@@ -6,11 +6,11 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Tensor};
 use serde_json::{json, Value};
 
 use crate::chat_template::CHATML_TEMPLATE;
-use crate::testing::{write_tiny_gguf, TinyModelSpec, TINY_VOCAB_SIZE};
+use crate::testing::{write_tiny_gguf, TinyModelSpec, WeightRng, TINY_VOCAB_SIZE};
 use crate::tokenizer::GgufTokenizer;
 
 /// The last id of the tiny vocabulary (an unused `[PAD]` slot): the tiny WeDLM mask token.
@@ -186,7 +186,7 @@ fn write_weights(dir: &Path, spec: &TinyHfSpec) -> candle_core::Result<()> {
 }
 
 fn build_tensors(spec: &TinyHfSpec) -> candle_core::Result<HashMap<String, Tensor>> {
-    let mut rng = Rng(spec.seed ^ 0x4846_5F54_494E_5900);
+    let mut rng = WeightRng::new(spec.seed ^ 0x4846_5F54_494E_5900);
     let (h, hd, ff, v) = (spec.hidden, spec.head_dim, spec.intermediate, TINY_VOCAB_SIZE);
     let (q, kv) = (spec.n_heads * hd, spec.n_kv_heads * hd);
     let mut out = HashMap::new();
@@ -227,32 +227,4 @@ fn write_json(path: &Path, value: &Value) -> candle_core::Result<()> {
     let text = serde_json::to_string_pretty(value).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
     std::fs::write(path, text)?;
     Ok(())
-}
-
-/// SplitMix64 with Box-Muller normals: seeded and dependency-free.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn unit(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
-    }
-
-    fn tensor(&mut self, dims: &[usize], mean: f32, std: f32) -> candle_core::Result<Tensor> {
-        let n = dims.iter().product();
-        let data: Vec<f32> = (0..n)
-            .map(|_| {
-                let (u1, u2) = (self.unit(), self.unit());
-                mean + ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32 * std
-            })
-            .collect();
-        Tensor::from_vec(data, dims, &Device::Cpu)
-    }
 }

@@ -9,7 +9,9 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::{llama, qwen2, qwen3};
 use entrobatch_model_runner::hf_config::{HfConfig, DEFAULT_MASK_TOKEN_ID};
 use entrobatch_model_runner::testing_hf::{write_tiny_hf, TinyHfArch, TinyHfSpec, TINY_MASK_TOKEN_ID};
-use entrobatch_model_runner::{load_model, Architecture, ForwardBatch, MatmulMode, ModelError, ModelRunner, SeqSpan};
+use entrobatch_model_runner::{
+    load_model, Architecture, ForwardBatch, KvDtype, MatmulMode, ModelError, ModelRunner, SeqSpan,
+};
 
 fn checkpoint(name: &str, spec: &TinyHfSpec) -> PathBuf {
     let dir = entrobatch_model_runner::testing::unique_test_path(env!("CARGO_TARGET_TMPDIR"), &format!("hf-{name}"));
@@ -24,7 +26,7 @@ const PROMPT: &[u32] = &[45, 7, 300, 12, 99, 281, 3, 150, 77, 64, 201, 18, 5];
 /// chunk's K/V back through the paged cache.
 fn ours(dir: &Path, tokens: &[u32]) -> Vec<f32> {
     let (model, _) = load_model(dir, MatmulMode::default()).expect("load");
-    let mut runner = ModelRunner::new(model, 4, 16).expect("runner");
+    let mut runner = ModelRunner::new(model, 4, 16, KvDtype::F32).expect("runner");
     let split = tokens.len() / 2;
     let mut step = |range: std::ops::Range<usize>, want_logits: bool| {
         let n = range.len();

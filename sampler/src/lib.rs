@@ -31,6 +31,6 @@ pub use filter::{argmax, sample_filtered, FilterConfig};
 pub use logprobs::{log_softmax, logsumexp, top_logprobs};
 pub use params::{SamplingParams, MAX_LOGPROBS};
 pub use penalties::{apply_penalties, needs_penalties};
-pub use rng::{hash_counter, uniform, CounterRng};
-pub use sampler::{sample_row, SampleInput, SampleOutput, Sampler};
+pub use rng::{hash_counter, uniform};
+pub use sampler::{sample_row, SampleInput, SampleOutput};
 pub use token_mask::TokenMask;

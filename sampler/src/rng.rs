@@ -39,38 +39,9 @@ pub fn uniform(seed: u64, step: u64, draw: u64) -> f64 {
     (hash_counter(seed, step, draw) >> 11) as f64 * SCALE
 }
 
-/// Convenience stream over `uniform(seed, step, 0)`, `uniform(seed, step, 1)`, ...
-/// for strategies that need several numbers within one step.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CounterRng {
-    seed: u64,
-    step: u64,
-    draw: u64,
-}
-
-impl CounterRng {
-    pub fn new(seed: u64, step: u64) -> Self {
-        CounterRng { seed, step, draw: 0 }
-    }
-
-    /// The next uniform number in `[0, 1)`; the first call equals `uniform(seed, step, 0)`.
-    pub fn next_uniform(&mut self) -> f64 {
-        let u = uniform(self.seed, self.step, self.draw);
-        self.draw = self.draw.wrapping_add(1);
-        u
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stream_matches_free_function() {
-        let mut rng = CounterRng::new(7, 3);
-        assert_eq!(rng.next_uniform(), uniform(7, 3, 0));
-        assert_eq!(rng.next_uniform(), uniform(7, 3, 1));
-    }
 
     #[test]
     fn counters_are_not_interchangeable() {

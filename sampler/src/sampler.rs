@@ -1,7 +1,5 @@
 //! One engine step: turn each row of logits into a token and its logprobs.
 
-use rayon::prelude::*;
-
 use crate::error::SamplerError;
 use crate::filter::{sample_filtered, FilterConfig};
 use crate::logprobs::Normalizer;
@@ -40,32 +38,8 @@ pub struct SampleOutput {
     pub top_logprobs: Vec<(u32, f32)>,
 }
 
-/// Stateless: all randomness comes from `(seed, step)`, so one `Sampler` can
-/// serve every step. Has a private field so configuration can be added later
-/// without breaking `Sampler::new()` callers.
-#[derive(Default, Clone, Debug)]
-pub struct Sampler {
-    _private: (),
-}
-
-impl Sampler {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Samples every row of one engine step. Rows are independent (a bad row
-    /// fails alone) and run in parallel when there is more than one; results
-    /// are in row order.
-    pub fn sample(&self, rows: &[SampleInput<'_>]) -> Vec<Result<SampleOutput, SamplerError>> {
-        if rows.len() > 1 {
-            rows.par_iter().map(sample_row).collect()
-        } else {
-            rows.iter().map(sample_row).collect()
-        }
-    }
-}
-
-/// Samples a single row; what `Sampler::sample` does for each row.
+/// Samples one row of logits. Stateless: all randomness comes from `(seed, step)`, so rows
+/// are independent (a bad row fails alone) and may run in any order or in parallel.
 pub fn sample_row(row: &SampleInput<'_>) -> Result<SampleOutput, SamplerError> {
     let logits = row.logits;
     let scan = scan_logits(logits)?;

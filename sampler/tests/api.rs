@@ -1,8 +1,8 @@
 //! Greedy choice, logprobs, penalties, per-row errors and batch determinism,
-//! through the public `Sampler` API.
+//! through the public `sample_row` API, row by row as the engine calls it.
 
 use entrobatch_sampler::{
-    apply_penalties, argmax, hash_counter, sample_filtered, FilterConfig, SampleInput, SampleOutput, Sampler,
+    apply_penalties, argmax, hash_counter, sample_filtered, sample_row, FilterConfig, SampleInput, SampleOutput,
     SamplerError, SamplingParams,
 };
 
@@ -11,7 +11,12 @@ fn row<'a>(logits: &'a [f32], params: &'a SamplingParams) -> SampleInput<'a> {
 }
 
 fn sample_one(input: SampleInput<'_>) -> Result<SampleOutput, SamplerError> {
-    Sampler::new().sample(&[input]).remove(0)
+    sample_row(&input)
+}
+
+/// Every row of one step, as the engine samples them (each row on its own).
+fn sample_all(rows: &[SampleInput<'_>]) -> Vec<Result<SampleOutput, SamplerError>> {
+    rows.iter().map(sample_row).collect()
 }
 
 #[test]
@@ -104,7 +109,7 @@ fn bad_rows_fail_alone() {
     let inf = [f32::INFINITY, 1.0];
     let bad_param = SamplingParams { top_p: 0.0, ..Default::default() };
     let rows = [row(&good, &p), row(&nan, &p), row(&[], &p), row(&inf, &p), row(&good, &bad_param), row(&good, &p)];
-    let out = Sampler::new().sample(&rows);
+    let out = sample_all(&rows);
     assert_eq!(out.len(), 6);
     assert_eq!(out[0].as_ref().map(|o| o.token_id), Ok(1));
     assert_eq!(out[1], Err(SamplerError::NonFiniteLogits { index: 2 }));
@@ -132,7 +137,7 @@ fn same_seed_and_step_give_the_same_token_in_any_batch() {
         others.iter().enumerate().map(|(i, l)| SampleInput { seed: i as u64, step: 5, ..row(l, &params) }).collect();
     for position in [0, 4, 10] {
         rows.insert(position, target);
-        let out = Sampler::new().sample(&rows);
+        let out = sample_all(&rows);
         assert_eq!(out[position].as_ref(), Ok(&alone), "position {position}");
         rows.remove(position);
         rows.reverse();

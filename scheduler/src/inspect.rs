@@ -4,6 +4,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::block::{Block, BlockId};
 use crate::config::SchedulerConfig;
+use crate::output::ScheduledSequence;
 use crate::prefix_hash::PrefixCacheStats;
 use crate::scheduler::Scheduler;
 use crate::sequence::{SeqId, Sequence, SequenceStatus};
@@ -19,7 +20,20 @@ impl Scheduler {
 
     /// KV slot of token `position` of `id`, if its block table covers it.
     pub fn slot(&self, id: SeqId, position: usize) -> Option<i64> {
-        self.sequences.get(&id)?.block_table.as_ref()?.slot(position)
+        self.sequences.get(&id)?.slot(position)
+    }
+
+    /// The query tokens of a row of the last `schedule()`, read in place (empty if the
+    /// sequence has gone).
+    pub fn query_token_ids(&self, row: &ScheduledSequence) -> &[u32] {
+        self.sequences.get(&row.seq_id).and_then(|s| s.token_ids.get(row.positions())).unwrap_or(&[])
+    }
+
+    /// The KV slot of each query token of `row` (tests and inspection; the batch builder
+    /// writes them straight into the forward batch).
+    pub fn slot_mapping(&self, row: &ScheduledSequence) -> Option<Vec<i64>> {
+        let seq = self.sequences.get(&row.seq_id)?;
+        row.positions().map(|p| seq.slot(p)).collect()
     }
 
     /// Free blocks, counting cached blocks no sequence holds (they are evicted on demand).

@@ -21,6 +21,7 @@ mod output;
 mod prefix_hash;
 mod scheduler;
 mod sequence;
+mod step_budget;
 mod updates;
 
 pub use block::{Block, BlockId};
@@ -29,7 +30,7 @@ pub use error::{NeverFitsReason, SchedulerError};
 pub use output::{ScheduledSequence, SchedulerOutput};
 pub use prefix_hash::{hash_block_tokens, BlockHash, PrefixCacheStats};
 pub use scheduler::Scheduler;
-pub use sequence::{FinishReason, NewSequence, SeqId, Sequence, SequenceStatus};
+pub use sequence::{Appended, FinishReason, NewSequence, SeqId, Sequence, SequenceStatus};
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,5 @@
 //! What one `schedule()` call asks the model runner to compute.
 
-use crate::block::BlockId;
 use crate::sequence::SeqId;
 
 /// One forward pass. Rows are laid out sequence by sequence in `scheduled` order.
@@ -25,18 +24,18 @@ impl SchedulerOutput {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What one sequence runs this step: counts only (vLLM V1's `num_scheduled_tokens`). The
+/// tokens, slots and block table stay in the scheduler's `Sequence`, which the batch builder
+/// reads in place (`Scheduler::query_token_ids`, `Sequence::slot`, `block_table_ids`), so each
+/// reaches the forward batch with one copy and nothing is rebuilt per step here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScheduledSequence {
     pub seq_id: SeqId,
     /// `num_computed_tokens` before this step: tokens whose KV is already cached.
     pub context_len: usize,
-    /// Query tokens: `token_ids[context_len .. context_len + n]`, at positions
-    /// `context_len..context_len + n`.
-    pub token_ids: Vec<u32>,
-    /// One KV slot per query token.
-    pub slot_mapping: Vec<i64>,
-    /// Covers at least `context_len + n + lookahead_slots` slots.
-    pub block_table: Vec<BlockId>,
+    /// Query tokens: `token_ids[context_len .. context_len + num_query_tokens]`, at positions
+    /// `context_len..context_len + num_query_tokens`; the block table covers their slots.
+    pub num_query_tokens: usize,
     /// Extra non-token rows granted this step (counted in the budget).
     pub scratch_rows: usize,
     /// The last query row completes the sequence's tokens, so its logits are sampled;
@@ -45,7 +44,8 @@ pub struct ScheduledSequence {
 }
 
 impl ScheduledSequence {
-    pub fn num_query_tokens(&self) -> usize {
-        self.token_ids.len()
+    /// Positions of the query tokens.
+    pub fn positions(&self) -> std::ops::Range<usize> {
+        self.context_len..self.context_len + self.num_query_tokens
     }
 }

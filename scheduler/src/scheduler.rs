@@ -11,6 +11,7 @@ use crate::error::SchedulerError;
 use crate::output::{ScheduledSequence, SchedulerOutput};
 use crate::prefix_hash::PrefixCacheStats;
 use crate::sequence::{SeqId, Sequence, SequenceStatus};
+use crate::step_budget::StepBudget;
 
 pub struct Scheduler {
     pub(crate) config: SchedulerConfig,
@@ -51,47 +52,56 @@ impl Scheduler {
                 seq.cache_computed_blocks();
             }
         }
-        let mut budget = self.config.max_num_batched_tokens;
+        let with_decodes = self.running.iter().filter_map(|id| self.sequences.get(id)).any(|s| !s.is_prefilling());
+        let mut budget = StepBudget::new(&self.config, with_decodes);
         let mut out = SchedulerOutput::default();
         self.schedule_running(&mut budget, &mut out);
         // Admitting right after a preemption would only thrash the pool.
         if out.preempted.is_empty() {
             self.schedule_waiting(&mut budget, &mut out);
         }
-        out.num_batched_tokens = self.config.max_num_batched_tokens - budget;
+        out.num_batched_tokens = self.config.max_num_batched_tokens - budget.rows();
         out
     }
 
-    fn schedule_running(&mut self, budget: &mut usize, out: &mut SchedulerOutput) {
+    fn schedule_running(&mut self, budget: &mut StepBudget, out: &mut SchedulerOutput) {
         let mut i = 0;
-        while i < self.running.len() && *budget > 0 {
+        while i < self.running.len() && budget.rows() > 0 {
             let id = self.running[i];
             i += 1;
             let Some(seq) = self.sequences.get(&id) else {
                 continue;
             };
-            let (remaining, scratch) = (seq.num_uncomputed_tokens(), seq.scratch_rows);
+            let (remaining, scratch, prefilling) = (seq.num_uncomputed_tokens(), seq.scratch_rows, seq.is_prefilling());
             // Scratch rows (MTI's unconditional rows, a WeDLM window) belong with all of the
             // sequence's pending tokens in one span, so they are granted whole or not at all,
             // possibly with no token at all. Rows that could never fit beside the pending
             // tokens stay pending while the tokens are served, so nothing waits forever.
             let grant = scratch > 0 && remaining + scratch <= self.config.max_num_batched_tokens;
             let n = if grant {
-                if remaining + scratch > *budget {
+                if remaining + scratch > budget.rows() {
                     continue;
                 }
                 remaining
-            } else if remaining == 0 {
-                continue;
+            } else if prefilling {
+                budget.prefill_grant(remaining)
             } else {
-                remaining.min(*budget)
+                remaining.min(budget.rows())
             };
+            if n == 0 && !grant {
+                continue;
+            }
             let slots = seq.num_computed_tokens + n + seq.lookahead_slots;
             if !self.grow_or_preempt(id, slots, out) {
                 break;
             }
             if let Some(scheduled) = self.emit(id, n, grant) {
-                *budget -= n + scheduled.scratch_rows;
+                if prefilling && !grant {
+                    budget.take_prefill(n);
+                } else {
+                    budget.take(n);
+                }
+                budget.take(scheduled.scratch_rows);
                 out.scheduled.push(scheduled);
             }
         }
@@ -129,9 +139,9 @@ impl Scheduler {
         }
     }
 
-    fn schedule_waiting(&mut self, budget: &mut usize, out: &mut SchedulerOutput) {
+    fn schedule_waiting(&mut self, budget: &mut StepBudget, out: &mut SchedulerOutput) {
         while let Some(&id) = self.waiting.front() {
-            if *budget == 0 || self.running.len() >= self.config.max_num_seqs {
+            if budget.prefill_grant(1) == 0 || self.running.len() >= self.config.max_num_seqs {
                 break;
             }
             let Some(seq) = self.sequences.get(&id) else {
@@ -144,7 +154,7 @@ impl Scheduler {
             let hits = self.pool.find_cached_prefix(&seq.token_ids, len.saturating_sub(1) / bs);
             let num_cached = hits.len() * bs;
             // A sequence being (re)prefilled has no strategy rows to run yet.
-            let n = (len - num_cached).min(*budget);
+            let n = budget.prefill_grant(len - num_cached);
             let lookahead = seq.lookahead_slots;
             let (arrival, prompt_len) = (seq.arrival, len);
 
@@ -176,26 +186,27 @@ impl Scheduler {
             self.prefix_cache_stats.queries += prompt_len as u64;
             self.prefix_cache_stats.hits += num_cached as u64;
             if let Some(scheduled) = self.emit(id, n, false) {
-                *budget -= n;
+                budget.take_prefill(n);
                 out.scheduled.push(scheduled);
             }
         }
     }
 
-    /// Hands out the next `n` tokens of `id` (its table already covers them) and
-    /// advances `num_computed_tokens`.
+    /// Hands out the next `n` tokens of `id` and advances `num_computed_tokens`; `None` (and
+    /// nothing handed out) unless the tokens exist and the table covers their slots.
     fn emit(&mut self, id: SeqId, n: usize, grant_scratch: bool) -> Option<ScheduledSequence> {
         let seq = self.sequences.get_mut(&id)?;
-        let table = seq.block_table.as_ref()?;
         let context_len = seq.num_computed_tokens;
         let end = context_len + n;
-        let slot_mapping = (context_len..end).map(|p| table.slot(p)).collect::<Option<Vec<i64>>>()?;
+        // The table covers a prefix of positions, so the last query token's slot vouches for all.
+        let table = seq.block_table.as_ref()?;
+        if end > seq.token_ids.len() || (n > 0 && table.slot(end - 1).is_none()) {
+            return None;
+        }
         let scheduled = ScheduledSequence {
             seq_id: id,
             context_len,
-            token_ids: seq.token_ids.get(context_len..end)?.to_vec(),
-            slot_mapping,
-            block_table: table.ids().to_vec(),
+            num_query_tokens: n,
             scratch_rows: if grant_scratch { std::mem::take(&mut seq.scratch_rows) } else { 0 },
             needs_sample: end == seq.token_ids.len(),
         };

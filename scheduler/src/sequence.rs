@@ -14,6 +14,14 @@ pub struct NewSequence {
     pub max_tokens: usize,
 }
 
+/// The output after `Scheduler::append_token`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Appended {
+    pub num_output_tokens: usize,
+    /// The output is `max_tokens` long: the request ends with `FinishReason::Length`.
+    pub reached_max_tokens: bool,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FinishReason {
     Stop,
@@ -37,6 +45,9 @@ pub struct Sequence {
     pub(crate) num_prompt_tokens: usize,
     /// Tokens whose KV is (or is being written in the current step) in `block_table`.
     pub(crate) num_computed_tokens: usize,
+    /// Tokens to compute before the sequence decodes: the prompt, or after a preemption
+    /// everything it had.
+    pub(crate) prefill_len: usize,
     pub(crate) max_tokens: usize,
     /// Admission order; preemption takes the highest first.
     pub(crate) arrival: u64,
@@ -55,6 +66,7 @@ impl Sequence {
         Self {
             id: request.id,
             num_prompt_tokens: request.prompt_token_ids.len(),
+            prefill_len: request.prompt_token_ids.len(),
             token_ids: request.prompt_token_ids,
             num_computed_tokens: 0,
             max_tokens: request.max_tokens,
@@ -114,6 +126,11 @@ impl Sequence {
         self.block_table.as_ref().map_or(&[], |t| t.ids())
     }
 
+    /// KV slot of token `position`, if the block table covers it.
+    pub fn slot(&self, position: usize) -> Option<i64> {
+        self.block_table.as_ref()?.slot(position)
+    }
+
     pub fn scratch_rows(&self) -> usize {
         self.scratch_rows
     }
@@ -127,6 +144,11 @@ impl Sequence {
         self.token_ids.len().saturating_sub(self.num_computed_tokens)
     }
 
+    /// Still computing its prompt (or recomputing after a preemption) rather than decoding.
+    pub(crate) fn is_prefilling(&self) -> bool {
+        self.num_computed_tokens < self.prefill_len
+    }
+
     /// Registers the full blocks whose KV earlier steps wrote.
     pub(crate) fn cache_computed_blocks(&mut self) {
         if let Some(table) = self.block_table.as_mut() {
@@ -138,6 +160,7 @@ impl Sequence {
     pub(crate) fn reset_for_recompute(&mut self) {
         self.block_table = None;
         self.num_computed_tokens = 0;
+        self.prefill_len = self.token_ids.len();
         self.status = SequenceStatus::Waiting;
         // Scratch rows belong to per-step strategy state the engine discards on preemption.
         self.scratch_rows = 0;

@@ -3,7 +3,7 @@
 
 use crate::error::SchedulerError;
 use crate::scheduler::Scheduler;
-use crate::sequence::{FinishReason, NewSequence, SeqId, Sequence, SequenceStatus};
+use crate::sequence::{Appended, FinishReason, NewSequence, SeqId, Sequence, SequenceStatus};
 
 impl Scheduler {
     /// Queues a request, rejecting at once anything that could never run.
@@ -26,14 +26,16 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Records a sampled token; its KV is computed by a later step.
-    pub fn append_token(&mut self, id: SeqId, token: u32) -> Result<(), SchedulerError> {
+    /// Records a sampled token; its KV is computed by a later step. The sequence owns the
+    /// output's length and its limit, so the answer says whether the limit is now reached.
+    pub fn append_token(&mut self, id: SeqId, token: u32) -> Result<Appended, SchedulerError> {
         let seq = self.sequences.get_mut(&id).ok_or(SchedulerError::UnknownSequence(id))?;
         if seq.num_output_tokens() >= seq.max_tokens {
             return Err(SchedulerError::MaxTokensReached { seq_id: id, max_tokens: seq.max_tokens });
         }
         seq.token_ids.push(token);
-        Ok(())
+        let num_output_tokens = seq.num_output_tokens();
+        Ok(Appended { num_output_tokens, reached_max_tokens: num_output_tokens >= seq.max_tokens })
     }
 
     /// Removes the sequence; its blocks return to the pool as its table drops.

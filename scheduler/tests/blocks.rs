@@ -67,8 +67,8 @@ fn slots_follow_the_block_table() {
     let out = s.schedule();
     let row = &out.scheduled[1];
     let table = s.get(2).unwrap().block_table_ids().to_vec();
-    assert_eq!(row.block_table, table);
-    assert_eq!(row.slot_mapping[5], table[1] as i64 * 4 + 1);
+    assert_eq!((row.seq_id, row.positions()), (2, 0..6));
+    assert_eq!(s.slot_mapping(row).unwrap()[5], table[1] as i64 * 4 + 1);
     assert_eq!(s.slot(2, 5), Some(table[1] as i64 * 4 + 1));
     assert_eq!(s.slot(2, 8), None, "beyond the table");
     assert_eq!(s.slot(99, 0), None);

@@ -11,14 +11,14 @@ fn scratch_rows_count_against_the_budget_once() {
     s.add(new_seq(2, 30, 5)).unwrap();
     s.request_scratch_rows(1, 4).unwrap();
     let out = step(&mut s);
-    assert_eq!((out.scheduled[0].seq_id, out.scheduled[0].token_ids.len(), out.scheduled[0].scratch_rows), (1, 1, 4));
-    assert_eq!(out.scheduled[1].token_ids.len(), 5, "prefill gets what the scratch rows left");
+    assert_eq!((out.scheduled[0].seq_id, out.scheduled[0].num_query_tokens, out.scheduled[0].scratch_rows), (1, 1, 4));
+    assert_eq!(out.scheduled[1].num_query_tokens, 5, "prefill gets what the scratch rows left");
     assert_eq!(out.num_batched_tokens, 10);
     assert_eq!(s.get(1).unwrap().scratch_rows(), 0);
 
     let out = step(&mut s);
     assert_eq!(out.scheduled[0].scratch_rows, 0, "granted once, then reset");
-    assert_eq!(out.scheduled[1].token_ids.len(), 9);
+    assert_eq!(out.scheduled[1].num_query_tokens, 9);
 }
 
 #[test]
@@ -42,8 +42,8 @@ fn lookahead_slots_extend_the_block_table() {
     let mut s = Scheduler::new(config(64, 8, 4, 64)).unwrap();
     s.add(new_seq(1, 3, 20)).unwrap();
     s.set_lookahead_slots(1, 6).unwrap();
-    let out = step(&mut s);
-    assert_eq!(out.scheduled[0].block_table.len(), 3, "3 tokens + 6 lookahead slots");
+    step(&mut s);
+    assert_eq!(s.get(1).unwrap().block_table_ids().len(), 3, "3 tokens + 6 lookahead slots");
     assert!(s.slot(1, 8).is_some());
     assert!(s.slot(1, 12).is_none());
 
@@ -67,7 +67,7 @@ fn scratch_rows_alone_schedule_a_caught_up_sequence() {
     let out = s.schedule();
     assert_eq!(out.scheduled.len(), 1);
     let row = &out.scheduled[0];
-    assert_eq!((row.token_ids.len(), row.scratch_rows, row.context_len), (0, 2, 3));
+    assert_eq!((row.num_query_tokens, row.scratch_rows, row.context_len), (0, 2, 3));
     assert_eq!(out.num_batched_tokens, 2);
     let out = s.schedule();
     assert!(out.scheduled.is_empty(), "nothing pending once the rows ran");
@@ -80,6 +80,6 @@ fn scratch_rows_that_never_fit_beside_a_prefill_do_not_block_it() {
     s.schedule();
     s.request_scratch_rows(1, 3).unwrap();
     let out = s.schedule();
-    assert_eq!((out.scheduled[0].token_ids.len(), out.scheduled[0].scratch_rows), (4, 0));
+    assert_eq!((out.scheduled[0].num_query_tokens, out.scheduled[0].scratch_rows), (4, 0));
     assert_eq!(s.get(1).unwrap().scratch_rows(), 3, "still pending");
 }

@@ -59,16 +59,17 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn scheduler_config() -> impl Strategy<Value = SchedulerConfig> {
-    (4usize..=12, 1usize..=16, 1usize..=6, any::<bool>()).prop_map(|(num_blocks, budget, max_num_seqs, caching)| {
-        SchedulerConfig {
+    (4usize..=12, 1usize..=16, 1usize..=16, 1usize..=6, any::<bool>()).prop_map(
+        |(num_blocks, budget, prefill_cap, max_num_seqs, caching)| SchedulerConfig {
             max_num_batched_tokens: budget,
+            max_prefill_tokens_with_decodes: prefill_cap,
             max_num_seqs,
             block_size: 4,
             num_blocks,
             max_model_len: 44,
             enable_prefix_caching: caching,
-        }
-    })
+        },
+    )
 }
 
 fn apply(d: &mut Driver, op: &Op) {

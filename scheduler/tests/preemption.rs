@@ -44,7 +44,7 @@ fn latest_arrival_is_preempted_first_and_recomputes_later() {
     let out = s.schedule();
     let resumed = &out.scheduled[0];
     assert_eq!((resumed.seq_id, resumed.context_len), (3, 0));
-    assert_eq!(resumed.token_ids, expected, "prompt + generated recomputed in one go");
+    assert_eq!(s.query_token_ids(resumed), expected, "prompt + generated recomputed in one go");
     assert!(resumed.needs_sample);
     assert_eq!(out.scheduled[1].seq_id, 4);
     s.check_invariants().unwrap();

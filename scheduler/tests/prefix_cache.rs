@@ -34,7 +34,7 @@ fn sequences_with_a_common_prefix_share_blocks() {
     assert_ne!(a[2], c[2]);
     assert_eq!(s.block(a[0]).unwrap().ref_count(), 3);
     assert_eq!(s.block(a[2]).unwrap().ref_count(), 2);
-    let rows: Vec<_> = out.scheduled.iter().map(|r| (r.seq_id, r.context_len, r.token_ids.len())).collect();
+    let rows: Vec<_> = out.scheduled.iter().map(|r| (r.seq_id, r.context_len, r.num_query_tokens)).collect();
     assert_eq!(rows, vec![(1, 13, 1), (2, 12, 2), (3, 8, 4)]);
     let stats = s.prefix_cache_stats();
     assert_eq!((stats.queries, stats.hits), (13 + 14 + 12, 12 + 8));
@@ -46,7 +46,8 @@ fn sequences_with_a_common_prefix_share_blocks() {
     s.add(with_prefix(4, &[9, 9, 9])).unwrap();
     let out = s.schedule();
     assert_eq!(out.scheduled[0].context_len, 12);
-    assert_eq!(out.scheduled[0].block_table[..3], a[..3]);
+    assert_eq!(out.scheduled[0].seq_id, 4);
+    assert_eq!(s.get(4).unwrap().block_table_ids()[..3], a[..3]);
     s.check_invariants().unwrap();
 }
 
@@ -80,7 +81,8 @@ fn cached_blocks_are_evicted_only_when_needed_tails_first() {
     s.add(with_prefix(4, &[4])).unwrap();
     let out = s.schedule();
     assert_eq!(out.scheduled[0].context_len, 8);
-    assert_eq!(out.scheduled[0].block_table[..2], a[..2]);
+    assert_eq!(out.scheduled[0].seq_id, 4);
+    assert_eq!(s.get(4).unwrap().block_table_ids()[..2], a[..2]);
 }
 
 #[test]

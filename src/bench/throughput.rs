@@ -81,16 +81,14 @@ pub fn synthetic_prompts(vocab: usize, n: usize, len: usize) -> Vec<Vec<u32>> {
         .collect()
 }
 
-/// `--matmul` values: `int8` (the engine's default, batch-invariant, the fastest), `hybrid`
-/// (int8, f32 GEMM from 96 rows), `dense` (f32 GEMM from 8 rows) or `quantized` (candle's
-/// kernels), for comparisons.
+/// `--matmul` values: `int8` (the engine's default, batch-invariant, the fastest), `dense`
+/// (f32 GEMM from 8 rows) or `quantized` (candle's kernels), for comparisons.
 pub fn parse_matmul_mode(name: &str) -> std::result::Result<crate::MatmulMode, String> {
     match name {
         "int8" => Ok(crate::MatmulMode::Int8),
-        "hybrid" => Ok(crate::MatmulMode::Hybrid { dense_from_rows: 96 }),
         "dense" => Ok(crate::MatmulMode::DenseAbove { min_rows: 8 }),
         "quantized" => Ok(crate::MatmulMode::Quantized),
-        other => Err(format!("unknown matmul mode `{other}` (int8, hybrid, dense or quantized)")),
+        other => Err(format!("unknown matmul mode `{other}` (int8, dense or quantized)")),
     }
 }
 

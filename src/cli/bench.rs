@@ -44,9 +44,6 @@ pub struct PrefixCacheArgs {
     pub suffix_len: usize,
     #[arg(long, default_value_t = 5)]
     pub rounds: usize,
-    /// `MatmulMode::fast()`, as `serve --fast-matmul` (now the default int8 kernel).
-    #[arg(long)]
-    pub fast_matmul: bool,
     #[arg(long)]
     pub json: Option<PathBuf>,
 }
@@ -75,8 +72,8 @@ pub struct ThroughputArgs {
     /// SVG for --sweep.
     #[arg(long, default_value = "throughput_sweep.svg")]
     pub plot: PathBuf,
-    /// Engine matmul mode: int8 (the engine's default and fastest), hybrid (int8, f32 GEMM
-    /// from 96 rows), dense (f32 GEMM from 8 rows) or quantized (candle's kernels).
+    /// Engine matmul mode: int8 (the engine's default and fastest), dense (f32 GEMM from 8
+    /// rows) or quantized (candle's kernels).
     #[arg(long, default_value = "int8", value_parser = entrobatch::bench::throughput::parse_matmul_mode)]
     pub matmul: entrobatch::MatmulMode,
     /// KV cache values: f16 (half the memory and attention traffic; the default with the int8
@@ -188,10 +185,7 @@ fn plot_sweep(reports: &[ThroughputReport], path: &PathBuf) -> Result<()> {
 fn prefix_cache(args: PrefixCacheArgs) -> Result<()> {
     use entrobatch::bench::prefix_cache::{render_table, run, PrefixCacheConfig};
     let model = super::resolve_model(args.model.clone())?;
-    let mut engine = entrobatch::EngineConfig::new(&model);
-    if args.fast_matmul {
-        engine.matmul_mode = entrobatch::MatmulMode::fast();
-    }
+    let engine = entrobatch::EngineConfig::new(&model);
     let config = PrefixCacheConfig {
         model,
         prefix_len: args.prefix_len,

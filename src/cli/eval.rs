@@ -51,11 +51,8 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 10.0)]
     pub exec_timeout: f64,
     /// Requests decoded together.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = entrobatch::scheduler::SchedulerConfig::default().max_num_seqs)]
     pub max_num_seqs: usize,
-    /// Kept for existing command lines: `MatmulMode::fast()`, now the default int8 kernel.
-    #[arg(long)]
-    pub fast: bool,
 }
 
 pub fn run(args: EvalArgs) -> Result<()> {
@@ -77,7 +74,6 @@ pub fn run(args: EvalArgs) -> Result<()> {
         max_tokens: args.max_tokens,
         temperature: args.temperature,
         seed: args.seed,
-        fast: args.fast,
         max_num_seqs: args.max_num_seqs,
     };
     let bar = ProgressBar::new((n * specs.len()) as u64);
@@ -110,7 +106,6 @@ pub fn run(args: EvalArgs) -> Result<()> {
         seed: args.seed,
         max_tokens: args.max_tokens.unwrap_or_else(|| task.default_max_tokens()),
         temperature: args.temperature,
-        fast_matmul: args.fast,
         network_isolated: (args.task == TaskKind::Humaneval).then(entrobatch::eval::sandbox::network_isolated),
         strategies: results,
     };

@@ -44,10 +44,6 @@ pub struct RunArgs {
     /// One JSON object per prompt per line instead of streamed text.
     #[arg(long)]
     pub json: bool,
-    /// Kept for existing command lines: selects `MatmulMode::fast()`, which is now the default
-    /// int8 kernel (faster than the f32 GEMM it used to select at every step size).
-    #[arg(long)]
-    pub fast: bool,
     /// Decoding strategy.
     #[arg(long, value_enum, default_value_t = StrategyName::Plain)]
     pub strategy: StrategyName,
@@ -177,11 +173,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     if prompts.is_empty() {
         anyhow::bail!("no prompt given: pass --prompt TEXT, --prompts-file FILE or --prompts");
     }
-    let mut config = EngineConfig::new(model);
-    if args.fast {
-        config.matmul_mode = entrobatch::MatmulMode::fast();
-    }
-    let engine = Engine::start(config)?;
+    let engine = Engine::start(EngineConfig::new(model))?;
     let params = GenerationParams {
         sampling: SamplingParams {
             temperature: args.temperature,

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use entrobatch::scheduler::SchedulerConfig;
 use entrobatch::server::{serve_until_signal, ServerConfig};
-use entrobatch::{Engine, EngineConfig, MatmulMode};
+use entrobatch::{Engine, EngineConfig};
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -19,20 +20,25 @@ pub struct ServeArgs {
     /// 0 picks a free port (printed on stdout).
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
-    /// Requests in flight (running + waiting) beyond which new ones get 429 at once.
-    #[arg(long, default_value_t = 4096)]
-    pub max_queue: usize,
+    /// Requests in flight (running + waiting) beyond which new ones get 429 with Retry-After
+    /// at once; default: 2 x --max-num-seqs.
+    #[arg(long)]
+    pub max_queue: Option<usize>,
     /// Sequences batched together per step.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = SchedulerConfig::default().max_num_seqs)]
     pub max_num_seqs: usize,
     /// Token budget per step (prefill chunks and decodes).
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = SchedulerConfig::default().max_num_batched_tokens)]
     pub max_num_batched_tokens: usize,
+    /// Prefill tokens a step may carry while sequences decode in it: bounds the stall an
+    /// arrival's prompt puts on every stream (inter-token latency) at some cost in its TTFT.
+    #[arg(long, default_value_t = SchedulerConfig::default().max_prefill_tokens_with_decodes)]
+    pub max_prefill_tokens_with_decodes: usize,
     /// Context limit; default: the model's own.
     #[arg(long)]
     pub max_model_len: Option<usize>,
     /// KV cache size in MiB.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = EngineConfig::DEFAULT_KV_CACHE_BYTES >> 20)]
     pub kv_cache_mb: usize,
     /// KV cache values: f16 (twice the tokens in the same memory, less memory traffic per
     /// decode step; the default for GGUF models with the int8 kernels) or f32 (exact; the
@@ -50,10 +56,6 @@ pub struct ServeArgs {
     /// top_k, min_p, seed, max_tokens, repetition_penalty, presence_penalty, frequency_penalty.
     #[arg(long, value_name = "JSON")]
     pub override_generation_config: Option<String>,
-    /// Kept for existing command lines: selects `MatmulMode::fast()`, which is now the default
-    /// int8 kernel (faster than the f32 GEMM it used to select at every step size).
-    #[arg(long)]
-    pub fast_matmul: bool,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -67,12 +69,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     config.max_queued_requests = args.max_queue;
     config.max_num_seqs = args.max_num_seqs;
     config.max_num_batched_tokens = args.max_num_batched_tokens;
+    config.max_prefill_tokens_with_decodes = args.max_prefill_tokens_with_decodes;
     config.max_model_len = args.max_model_len;
     config.kv_cache_bytes = args.kv_cache_mb << 20;
     config.kv_cache_dtype = args.kv_cache_dtype;
-    if args.fast_matmul {
-        config.matmul_mode = MatmulMode::fast();
-    }
     let engine = Arc::new(Engine::start(config)?);
     let server_config = ServerConfig {
         served_model_name: args.served_model_name.clone(),

@@ -58,7 +58,6 @@ pub struct EvalReport {
     pub seed: u64,
     pub max_tokens: usize,
     pub temperature: f32,
-    pub fast_matmul: bool,
     /// Whether HumanEval tests ran without network (`unshare -n`); None for other tasks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network_isolated: Option<bool>,

@@ -13,7 +13,7 @@ use super::report::{ItemResult, StrategyResult};
 use super::stats::StrategyStats;
 use super::strategy_spec::StrategySpec;
 use super::tasks::{EvalItem, Grade, Task};
-use crate::{Decoding, Engine, EngineConfig, GenerationParams, MatmulMode, Prompt, Request, SamplingParams};
+use crate::{Decoding, Engine, EngineConfig, GenerationParams, Prompt, Request, SamplingParams};
 
 #[derive(Clone, Debug)]
 pub struct RunOptions {
@@ -23,8 +23,6 @@ pub struct RunOptions {
     /// 0 = greedy for plain and MTI; entropix sets its own temperatures.
     pub temperature: f32,
     pub seed: u64,
-    /// `MatmulMode::fast()` (now the default int8 kernel; kept for existing configs).
-    pub fast: bool,
     /// Requests decoded together; all of a job's items when it is at least that many.
     pub max_num_seqs: usize,
 }
@@ -46,9 +44,6 @@ pub fn run_strategy(
 ) -> Result<StrategyResult> {
     let mut config = EngineConfig::new(&options.model);
     config.max_num_seqs = options.max_num_seqs.max(1);
-    if options.fast {
-        config.matmul_mode = MatmulMode::fast();
-    }
     let engine = Engine::start(config)?;
     let params = GenerationParams {
         sampling: SamplingParams {

@@ -1,30 +1,13 @@
 //! Seeded randomness for the load test: Poisson arrivals (exponential gaps) and synthetic
-//! prompts. SplitMix64 is enough here and keeps runs reproducible from `--seed`.
+//! prompts, reproducible from `--seed`.
 
-pub struct Rng(u64);
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Exponential with the given rate (mean 1/rate), by inversion.
-    pub fn exponential(&mut self, rate: f64) -> f64 {
-        -(1.0 - self.unit()).ln() / rate
-    }
+/// Exponential with the given rate (mean 1/rate), by inversion of a uniform in [0, 1).
+fn exponential(rng: &mut SplitMix64, rate: f64) -> f64 {
+    let unit = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    -(1.0 - unit).ln() / rate
 }
 
 /// Send times (seconds from the start) of `n` requests: a Poisson process at `rate`
@@ -33,11 +16,11 @@ pub fn poisson_arrivals(n: usize, rate: f64, seed: u64) -> Vec<f64> {
     if !rate.is_finite() {
         return vec![0.0; n];
     }
-    let mut rng = Rng::new(seed);
+    let mut rng = SplitMix64::seed_from_u64(seed);
     let mut t = 0.0;
     (0..n)
         .map(|_| {
-            t += rng.exponential(rate);
+            t += exponential(&mut rng, rate);
             t
         })
         .collect()
@@ -54,7 +37,7 @@ const WORDS: &[&str] = &[
 /// A prompt of about `len` tokens, different for each `index`, so the prefix cache does not
 /// turn the test into a cache benchmark.
 pub fn synthetic_prompt(len: usize, seed: u64, index: usize) -> String {
-    let mut rng = Rng::new(seed ^ (index as u64).wrapping_mul(0xA24B_AED4_963E_E407));
+    let mut rng = SplitMix64::seed_from_u64(seed ^ (index as u64).wrapping_mul(0xA24B_AED4_963E_E407));
     let words: Vec<&str> = (0..len.max(1)).map(|_| WORDS[(rng.next_u64() % WORDS.len() as u64) as usize]).collect();
     words.join(" ")
 }

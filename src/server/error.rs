@@ -2,7 +2,7 @@
 //! 4xx/5xx status. Every rejection the server makes goes through [`ApiError`].
 
 use crate::EngineError;
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
@@ -14,11 +14,13 @@ pub struct ApiError {
     pub kind: &'static str,
     pub param: Option<String>,
     pub code: Option<&'static str>,
+    /// Seconds for a `Retry-After` header: the refusal is about load, not about the request.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
-        Self { status, message: message.into(), kind, param: None, code: None }
+        Self { status, message: message.into(), kind, param: None, code: None, retry_after: None }
     }
 
     /// 400 for a request the client must change.
@@ -33,6 +35,11 @@ impl ApiError {
 
     pub fn with_code(mut self, code: &'static str) -> Self {
         self.code = Some(code);
+        self
+    }
+
+    pub fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
         self
     }
 
@@ -63,7 +70,11 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body())).into_response()
+        let mut response = (self.status, Json(self.body())).into_response();
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }
 
@@ -81,11 +92,15 @@ impl From<EngineError> for ApiError {
             }
             EngineError::Structured(_) => Self::internal(message),
             EngineError::QueueFull(_) => {
-                Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message).with_code("queue_full")
+                // A slot frees as soon as any running request finishes: seconds, not minutes.
+                Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
+                    .with_code("queue_full")
+                    .with_retry_after(1)
             }
             // A prompt the tokenizer or the chat template cannot render is the client's input.
             EngineError::Tokenizer(_) => Self::bad_request(message),
-            EngineError::ShutDown => Self::unavailable(message),
+            // Draining: another replica (or this one after a restart) can take it.
+            EngineError::ShutDown => Self::unavailable(message).with_retry_after(1),
             EngineError::Model(_) | EngineError::Scheduler(_) | EngineError::Config(_) => Self::internal(message),
         }
     }

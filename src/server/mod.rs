@@ -18,8 +18,10 @@ mod format;
 mod http_metrics;
 mod params;
 mod playground;
+mod probes;
 mod protocol;
 mod reasoning;
+mod request_id;
 mod state;
 mod stream;
 mod structured;
@@ -33,7 +35,6 @@ use std::time::Duration;
 
 use crate::{Engine, ShutdownMode};
 use axum::extract::{DefaultBodyLimit, State};
-use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
@@ -75,18 +76,22 @@ pub fn router(state: AppState, config: &ServerConfig) -> Router {
         .route("/v1/models/{id}", get(tokenize::model))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
-        .route("/health", get(health))
+        .route("/health", get(probes::health))
+        .route("/ready", get(probes::ready))
         .route("/metrics", get(http_metrics::render))
         .route("/", get(playground::page))
         .route("/playground/info", get(playground::info))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(config.body_limit_bytes))
         .layer(axum::middleware::from_fn_with_state(state.clone(), http_metrics::track))
+        .layer(axum::middleware::from_fn(request_id::propagate))
         .with_state(state)
 }
 
-/// Serves until `shutdown` resolves, then stops accepting, lets in-flight requests finish
-/// (aborting them after `shutdown_grace`), and stops the engine.
+/// Serves until `shutdown` resolves, then drains: `/ready` and new requests answer 503 with
+/// `Retry-After` (the listener stays open, so probes and balancers see the refusal rather than
+/// a dead port) while in-flight requests finish; after `shutdown_grace` the rest are aborted.
+/// Then the listener closes and the engine stops.
 pub async fn serve(
     listener: TcpListener,
     engine: Arc<Engine>,
@@ -96,24 +101,28 @@ pub async fn serve(
     let state =
         AppState::with_defaults(engine.clone(), config.served_model_name.clone(), config.generation_defaults.clone());
     let app = router(state.clone(), &config);
-    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
-    let signal = async move {
-        shutdown.await;
-        tracing::info!("shutting down: no new requests, finishing in-flight ones");
-        state.set_draining();
-        let _ = started_tx.send(());
-    };
     let grace = config.shutdown_grace;
-    let watchdog_engine = engine.clone();
-    let watchdog = tokio::spawn(async move {
-        if started_rx.await.is_ok() {
-            tokio::time::sleep(grace).await;
-            tracing::warn!("shutdown grace period over: aborting in-flight requests");
-            let _ = tokio::task::spawn_blocking(move || watchdog_engine.shutdown(ShutdownMode::Abort)).await;
+    let drain_engine = engine.clone();
+    let drained = async move {
+        shutdown.await;
+        tracing::info!(
+            in_flight = drain_engine.in_flight(),
+            "draining: refusing new requests, finishing in-flight ones"
+        );
+        state.set_draining();
+        let deadline = tokio::time::Instant::now() + grace;
+        while drain_engine.in_flight() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-    });
-    let served = axum::serve(listener, app).with_graceful_shutdown(signal).await;
-    watchdog.abort();
+        if drain_engine.in_flight() > 0 {
+            tracing::warn!(
+                in_flight = drain_engine.in_flight(),
+                "shutdown grace period over: aborting in-flight requests"
+            );
+            let _ = tokio::task::spawn_blocking(move || drain_engine.shutdown(ShutdownMode::Abort)).await;
+        }
+    };
+    let served = axum::serve(listener, app).with_graceful_shutdown(drained).await;
     let _ = tokio::task::spawn_blocking(move || engine.shutdown(ShutdownMode::Finish)).await;
     served
 }
@@ -167,13 +176,6 @@ pub async fn wait_for_signal() {
 
 async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
     Json(json!({ "object": "list", "data": [tokenize::model_card(&state)] }))
-}
-
-async fn health(State(state): State<AppState>) -> Response {
-    if state.is_draining() {
-        return ApiError::unavailable("shutting down").into_response();
-    }
-    Json(json!({ "status": "ok" })).into_response()
 }
 
 async fn not_found() -> ApiError {

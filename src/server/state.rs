@@ -94,7 +94,7 @@ impl AppState {
     /// long prompts cost real CPU time. Bad input comes back as a 4xx and never reaches the loop.
     pub async fn submit(&self, request: Request) -> Result<RequestHandle, ApiError> {
         if self.is_draining() {
-            return Err(ApiError::unavailable("the server is shutting down"));
+            return Err(ApiError::unavailable("the server is shutting down").with_retry_after(1));
         }
         let engine = self.engine.clone();
         let task = tokio::task::spawn_blocking(move || {
@@ -122,7 +122,7 @@ fn fingerprint(engine: &Engine) -> String {
     format!("fp_{:012x}", h.finish() & 0xFFFF_FFFF_FFFF)
 }
 
-fn random_u64() -> u64 {
+pub(crate) fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));

@@ -75,6 +75,13 @@ impl TestServer {
         Self { addr, engine, stop: Some(stop), thread: Some(thread) }
     }
 
+    /// Sends the shutdown signal (as SIGTERM would) without waiting for the server to stop.
+    pub fn begin_shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr)
     }
@@ -136,6 +143,14 @@ pub struct HttpResponse {
 }
 
 impl HttpResponse {
+    /// The value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers.lines().find_map(|line| {
+            let (k, v) = line.split_once(':')?;
+            k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    }
+
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
@@ -169,6 +184,17 @@ pub fn send_typed(addr: SocketAddr, method: &str, path: &str, content_type: &str
     stream
 }
 
+/// A request with extra header lines (`name`, `value`).
+pub fn request_with_headers(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+    let head =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n");
+    stream.write_all(head.as_bytes()).expect("send");
+    read_response(stream)
+}
+
 pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> HttpResponse {
     read_response(send(addr, method, path, body))
 }
@@ -177,7 +203,7 @@ pub fn request_typed(addr: SocketAddr, path: &str, content_type: &str, body: &[u
     read_response(send_typed(addr, "POST", path, content_type, body))
 }
 
-fn read_response(mut stream: TcpStream) -> HttpResponse {
+pub fn read_response(mut stream: TcpStream) -> HttpResponse {
     let mut raw = Vec::new();
     let mut buf = [0u8; 65536];
     loop {

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use entrobatch::model_runner::testing_hf::{write_tiny_hf, TinyHfSpec};
-use entrobatch::model_runner::{load_model, ForwardBatch, KvCache, MatmulMode, Model, SeqSpan};
+use entrobatch::model_runner::{load_model, ForwardBatch, KvCache, KvDtype, MatmulMode, Model, SeqSpan};
 use entrobatch::strategy::WedlmConfig;
 use entrobatch::{Decoding, Engine, EngineConfig, GenerationParams, SamplingParams};
 
@@ -152,7 +152,7 @@ pub fn dense_wedlm(
             }],
             logits_rows: (first_mask_row..rows).collect(),
         };
-        let mut cache = KvCache::new(model.config(), 1, 16).expect("cache");
+        let mut cache = KvCache::new(model.config(), 1, 16, KvDtype::F32).expect("cache");
         let out = model.forward(&batch, &mut cache).expect("dense forward");
         let entropy: Vec<f64> = (0..masks.len()).map(|j| entropy(out.row(j))).collect();
         let chosen = select(&entropy, &masks, cfg.entropy_threshold, cfg.pos_penalty);
@@ -229,7 +229,7 @@ pub fn dense_greedy(model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
             }],
             logits_rows: vec![rows - 1],
         };
-        let mut cache = KvCache::new(model.config(), 1, 16).expect("cache");
+        let mut cache = KvCache::new(model.config(), 1, 16, KvDtype::F32).expect("cache");
         let out = model.forward(&batch, &mut cache).expect("dense forward");
         tokens.push(argmax(out.row(0)));
     }

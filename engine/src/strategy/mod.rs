@@ -127,12 +127,6 @@ pub trait SequenceStrategy: Send {
         0
     }
 
-    /// KV slots the sequence's block table must cover beyond its tokens, set once at
-    /// admission (`Scheduler::set_lookahead_slots`).
-    fn lookahead_slots(&self) -> usize {
-        0
-    }
-
     /// Strategy statistics for the request's final report (e.g. MTI trigger rate).
     fn summary(&self) -> Option<serde_json::Value> {
         None

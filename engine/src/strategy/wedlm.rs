@@ -242,14 +242,10 @@ impl SequenceStrategy for WedlmStrategy {
         self.layout = None;
     }
 
-    /// Table room for committed tokens plus a full refilled window (the reference's
-    /// `len + 2W`). Window rows never write the cache here, so this is a reservation only.
+    /// A full window rides beside the committed tokens. Its rows are scratch (slot -1): they
+    /// never write the cache, so unlike the reference's `len + 2W` no KV slots are reserved.
     fn max_scratch_rows(&self) -> usize {
         self.config.window_size
-    }
-
-    fn lookahead_slots(&self) -> usize {
-        2 * self.config.window_size
     }
 
     fn summary(&self) -> Option<serde_json::Value> {

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use entrobatch_model_runner::GgufTokenizer;
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
 
 use super::{Constraint, StructuredBackend, StructuredOutput};
 
@@ -47,24 +49,16 @@ pub(super) fn compile(spec: &StructuredOutput) -> Constraint {
     }
 }
 
-/// SplitMix64: deterministic, dependency-free.
-pub(super) struct Rng(u64);
+/// Seeded choices for the random grammar walks.
+pub(super) struct Rng(SplitMix64);
 
 impl Rng {
     pub(super) fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    pub(super) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        Self(SplitMix64::seed_from_u64(seed))
     }
 
     pub(super) fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
+        (self.0.next_u64() % n as u64) as usize
     }
 }
 

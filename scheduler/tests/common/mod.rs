@@ -7,6 +7,8 @@ pub mod fake_runner;
 pub fn config(budget: usize, max_num_seqs: usize, block_size: usize, num_blocks: usize) -> SchedulerConfig {
     SchedulerConfig {
         max_num_batched_tokens: budget,
+        // Off unless a test sets it: most tests reason about the whole budget.
+        max_prefill_tokens_with_decodes: budget,
         max_num_seqs,
         block_size,
         num_blocks,
@@ -43,20 +45,22 @@ pub fn step(s: &mut Scheduler) -> SchedulerOutput {
 pub fn check_output(s: &Scheduler, out: &SchedulerOutput) {
     let bs = s.config().block_size;
     assert!(out.num_batched_tokens <= s.config().max_num_batched_tokens);
-    let rows: usize = out.scheduled.iter().map(|r| r.token_ids.len() + r.scratch_rows).sum();
+    let rows: usize = out.scheduled.iter().map(|r| r.num_query_tokens + r.scratch_rows).sum();
     assert_eq!(rows, out.num_batched_tokens);
     for row in &out.scheduled {
         let seq = s.get(row.seq_id).expect("scheduled sequence is live");
-        let n = row.token_ids.len();
+        let n = row.num_query_tokens;
         // A caught-up sequence may run only strategy scratch rows (MTI, WeDLM).
         assert!(n >= 1 || row.scratch_rows > 0, "empty row for {}", row.seq_id);
-        assert_eq!(row.slot_mapping.len(), n);
-        assert_eq!(&seq.token_ids()[row.context_len..row.context_len + n], &row.token_ids[..]);
+        let slot_mapping = s.slot_mapping(row).expect("the table covers every query token");
+        assert_eq!(slot_mapping.len(), n);
+        assert_eq!(&seq.token_ids()[row.context_len..row.context_len + n], s.query_token_ids(row));
         assert_eq!(row.needs_sample, row.context_len + n == seq.num_tokens());
-        assert!(row.block_table.len() * bs >= row.context_len + n + seq.lookahead_slots());
-        for (i, &slot) in row.slot_mapping.iter().enumerate() {
+        let block_table = seq.block_table_ids();
+        assert!(block_table.len() * bs >= row.context_len + n + seq.lookahead_slots());
+        for (i, &slot) in slot_mapping.iter().enumerate() {
             let pos = row.context_len + i;
-            assert_eq!(slot, (row.block_table[pos / bs] as usize * bs + pos % bs) as i64);
+            assert_eq!(slot, (block_table[pos / bs] as usize * bs + pos % bs) as i64);
             assert_eq!(Some(slot), s.slot(row.seq_id, pos));
         }
     }

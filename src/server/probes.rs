@@ -1,0 +1,30 @@
+//! Liveness and readiness, as a load balancer or Kubernetes probes them: `/health` answers
+//! while the process serves HTTP; `/ready` only while a new request would be taken.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use super::error::ApiError;
+use super::state::AppState;
+
+/// Live: 200 while the server answers at all, draining included, so that a probe does not
+/// restart a replica that is finishing its requests.
+pub async fn health() -> Json<serde_json::Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+/// Ready: 503 with `Retry-After` once shutdown has begun or while the in-flight bound is
+/// reached, so a balancer sends the next request elsewhere instead of earning a 429.
+pub async fn ready(State(state): State<AppState>) -> Response {
+    if state.is_draining() {
+        return ApiError::unavailable("the server is shutting down").with_retry_after(1).into_response();
+    }
+    let (in_flight, bound) = (state.engine.in_flight(), state.engine.max_queued_requests() as u64);
+    if in_flight >= bound {
+        let message = format!("at capacity: {in_flight} requests in flight (bound {bound})");
+        return ApiError::unavailable(message).with_retry_after(1).into_response();
+    }
+    Json(json!({ "status": "ready", "in_flight": in_flight, "max_in_flight": bound })).into_response()
+}
