@@ -5,7 +5,8 @@ use crate::EngineError;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
+
+use super::response::{ErrorBody, ErrorDetail};
 
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -49,15 +50,15 @@ impl ApiError {
     }
 
     /// The JSON body, also sent as an SSE `data:` line when a stream fails midway.
-    pub fn body(&self) -> Value {
-        json!({
-            "error": {
-                "message": self.message,
-                "type": self.kind,
-                "param": self.param,
-                "code": self.code,
-            }
-        })
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                message: self.message.clone(),
+                kind: self.kind,
+                param: self.param.clone(),
+                code: self.code,
+            },
+        }
     }
 }
 

@@ -9,6 +9,7 @@
 //! `GET /playground/info`.
 
 mod chat;
+mod chat_format;
 mod chat_tools;
 mod completions;
 mod defaults;
@@ -20,6 +21,7 @@ mod params;
 mod playground;
 mod protocol;
 mod reasoning;
+mod response;
 mod state;
 mod stream;
 mod structured;
@@ -36,7 +38,6 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::json;
 use tokio::net::TcpListener;
 
 pub use defaults::GenerationDefaults;
@@ -165,15 +166,15 @@ pub async fn wait_for_signal() {
     }
 }
 
-async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
-    Json(json!({ "object": "list", "data": [tokenize::model_card(&state)] }))
+async fn models(State(state): State<AppState>) -> Json<response::ModelList> {
+    Json(response::ModelList { object: "list", data: vec![tokenize::model_card(&state)] })
 }
 
 async fn health(State(state): State<AppState>) -> Response {
     if state.is_draining() {
         return ApiError::unavailable("shutting down").into_response();
     }
-    Json(json!({ "status": "ok" })).into_response()
+    Json(response::Health { status: "ok" }).into_response()
 }
 
 async fn not_found() -> ApiError {

@@ -1,7 +1,7 @@
 //! Request bodies of `/v1/completions` and `/v1/chat/completions`. Fields are optional so a
 //! client sends only what it changes; a known field of the wrong type is a 400, and so is an
 //! unknown one unless it cannot change the output (`INERT_FIELDS`): nothing a client sends is
-//! silently ignored. Responses are built as JSON values next to their handlers.
+//! silently ignored. Response bodies are typed structs in `response/`.
 
 use std::collections::HashMap;
 
