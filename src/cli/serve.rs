@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use entrobatch::server::{serve_until_signal, ServerConfig};
+use entrobatch::server::{serve_until_signal, GenerationConfig, GenerationDefaults, ServerConfig};
 use entrobatch::{Engine, EngineConfig, MatmulMode};
 
 #[derive(Args, Debug)]
@@ -50,6 +50,11 @@ pub struct ServeArgs {
     /// top_k, min_p, seed, max_tokens, repetition_penalty, presence_penalty, frequency_penalty.
     #[arg(long, value_name = "JSON")]
     pub override_generation_config: Option<String>,
+    /// `auto`: the model's recommended sampling (a GGUF's `general.sampling.*` keys, a
+    /// checkpoint's `generation_config.json`) becomes the default for fields a request leaves
+    /// out, under `--override-generation-config`. `none` ignores it (vLLM's flag).
+    #[arg(long, value_name = "auto|none", default_value = "none")]
+    pub generation_config: GenerationConfig,
     /// Kept for existing command lines: selects `MatmulMode::fast()`, which is now the default
     /// int8 kernel (faster than the f32 GEMM it used to select at every step size).
     #[arg(long)]
@@ -57,12 +62,14 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
-    let generation_defaults = match &args.override_generation_config {
-        Some(text) => entrobatch::server::GenerationDefaults::from_json(text)
+    let overrides = match &args.override_generation_config {
+        Some(text) => GenerationDefaults::from_json(text)
             .context("--override-generation-config must be a JSON object of sampling fields")?,
         None => Default::default(),
     };
     let model = super::resolve_model(args.model.clone())?;
+    let generation_defaults = GenerationDefaults::resolve(args.generation_config, &model, &overrides)
+        .context("cannot read the model's recommended sampling (--generation-config auto)")?;
     let mut config = EngineConfig::new(model);
     config.max_queued_requests = args.max_queue;
     config.max_num_seqs = args.max_num_seqs;

@@ -40,7 +40,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use tokio::net::TcpListener;
 
-pub use defaults::GenerationDefaults;
+pub use defaults::{GenerationConfig, GenerationDefaults};
 pub use error::ApiError;
 pub use state::AppState;
 pub use validate::{validate_body, Endpoint, ValidatedRequest};
@@ -53,7 +53,8 @@ pub struct ServerConfig {
     pub body_limit_bytes: usize,
     /// After a shutdown signal, how long in-flight requests may run before they are aborted.
     pub shutdown_grace: Duration,
-    /// Sampling values for fields a request leaves out (`--override-generation-config`).
+    /// Sampling values for fields a request leaves out: `GenerationDefaults::resolve` of
+    /// `--generation-config` and `--override-generation-config`.
     pub generation_defaults: GenerationDefaults,
 }
 
