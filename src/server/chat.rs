@@ -5,6 +5,7 @@ use crate::{ChatMessage, FinishReason, Prompt};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use serde_json::Value;
 
 use super::chat_format::ChatFormat;
 use super::chat_tools::{chat_message, check_tool_order, parse_tools, tool_calls, ToolUse};
@@ -24,7 +25,7 @@ pub async fn chat_completions(
     ApiJson(req): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(req.common.model.as_deref())?;
-    let ParsedChat { messages, parsed, logprobs, tools } = parse_chat(req, &state.generation_defaults)?;
+    let ParsedChat { messages, parsed, logprobs, tools, echo } = parse_chat(req, &state.generation_defaults)?;
     let (enable_thinking, return_metrics) = (parsed.params.enable_thinking, parsed.params.return_metrics);
     let request = engine_request(Prompt::Chat(messages), parsed.params, parsed.max_tokens, None);
     let handle = state.submit(request).await?;
@@ -36,6 +37,7 @@ pub async fn chat_completions(
         extras: Extras { return_metrics, return_token_ids: parsed.return_token_ids },
         splitter,
         tool_stream: tools.as_ref().map(ToolUse::stream),
+        echo,
     };
     if parsed.stream {
         return Ok(sse_response(handle, format, parsed.include_usage));
@@ -64,6 +66,9 @@ pub async fn chat_completions(
             finish_reason = "tool_calls";
         }
     }
+    if let Some(echo) = format.echo.take() {
+        message.content = Some(echo + message.content.as_deref().unwrap_or_default());
+    }
     let choice = ChatChoice {
         index: 0,
         message,
@@ -83,6 +88,8 @@ pub(super) struct ParsedChat {
     pub logprobs: Option<usize>,
     /// The parser for tool calls, when the request lets the model call tools.
     pub tools: Option<ToolUse>,
+    /// `echo`: the final assistant message's content, sent ahead of the output.
+    pub echo: Option<String>,
 }
 
 /// Everything a chat body must pass before it reaches the engine: the messages, the parsed
@@ -98,8 +105,21 @@ pub(super) fn parse_chat(mut req: ChatRequest, defaults: &GenerationDefaults) ->
         (false, None) => None,
     };
     let mut parsed = parse_common(&mut req.common, logprobs, defaults)?;
-    let enable_thinking = req.chat_template_kwargs.as_ref().and_then(|k| k.enable_thinking).or(req.enable_thinking);
-    parsed.params.enable_thinking = enable_thinking;
+    let mut kwargs = req.chat_template_kwargs.unwrap_or_default();
+    // `enable_thinking` also decides whether the reply is split into `reasoning_content`, so it
+    // travels in its own field; the kwarg wins over the top-level convenience field.
+    let kwarg_thinking = match kwargs.remove("enable_thinking") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(b),
+        Some(_) => {
+            return Err(ApiError::invalid_param(
+                "chat_template_kwargs.enable_thinking",
+                "enable_thinking must be a boolean",
+            ))
+        }
+    };
+    parsed.params.enable_thinking = kwarg_thinking.or(req.enable_thinking);
+    parsed.params.chat_template_kwargs = kwargs;
     let tools = parse_tools(req.tools, req.tool_choice, req.parallel_tool_calls, &mut parsed.params)?;
     let continue_final = req.continue_final_message.unwrap_or(false);
     if continue_final && req.add_generation_prompt == Some(true) {
@@ -116,7 +136,13 @@ pub(super) fn parse_chat(mut req: ChatRequest, defaults: &GenerationDefaults) ->
         return Err(ApiError::invalid_param("messages", "messages must not be empty"));
     }
     check_tool_order(&messages)?;
-    Ok(ParsedChat { messages, parsed, logprobs, tools })
+    // vLLM echoes the last message when its role is the one the reply takes, and a reply
+    // here is always the assistant's.
+    let echo = messages
+        .last()
+        .filter(|m| req.echo == Some(true) && m.role == "assistant" && !m.content.is_empty())
+        .map(|m| m.content.clone());
+    Ok(ParsedChat { messages, parsed, logprobs, tools, echo })
 }
 
 /// Templates that put `<think>` at the end of the generation prompt start the output inside

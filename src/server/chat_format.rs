@@ -17,6 +17,8 @@ pub(super) struct ChatFormat {
     pub splitter: Option<ReasoningSplitter>,
     /// Finds tool calls in the content as it streams; `None` when no call can come back.
     pub tool_stream: Option<ToolCallStream>,
+    /// `echo`: text the client sent, returned ahead of the output (never parsed for calls).
+    pub echo: Option<String>,
 }
 
 impl ChatFormat {
@@ -79,7 +81,12 @@ impl StreamFormat for ChatFormat {
 
     fn opening(&mut self) -> Vec<ChatCompletionChunk> {
         let delta = Delta { role: Some("assistant"), content: Some(String::new()), ..Delta::default() };
-        vec![self.chunk(vec![ChatChunkChoice::delta(delta)])]
+        let mut chunks = vec![self.chunk(vec![ChatChunkChoice::delta(delta)])];
+        // As vLLM streams it: the echoed text in a chunk of its own, right after the role.
+        if let Some(echo) = self.echo.take() {
+            chunks.push(self.chunk(vec![ChatChunkChoice::delta(Delta::content(echo))]));
+        }
+        chunks
     }
 
     fn on_tokens(&mut self, tokens: &[GeneratedToken], text: &str) -> Vec<ChatCompletionChunk> {

@@ -74,6 +74,7 @@ impl From<EngineError> for ApiError {
         match e {
             EngineError::Strategy(_) => Self::invalid_param("decoding", message).with_code("invalid_decoding"),
             EngineError::InvalidRequest { field, .. } => Self::invalid_param(field, message),
+            EngineError::MessageRejected { index, .. } => Self::invalid_param(format!("messages[{index}]"), message),
             EngineError::NeverFits { .. } => {
                 Self::invalid_param("max_tokens", message).with_code("context_length_exceeded")
             }
