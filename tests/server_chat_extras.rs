@@ -118,6 +118,11 @@ fn a_conversation_the_template_refuses_is_a_400_naming_the_message() {
         (&["user", "user", "assistant"][..], false, "messages[1]"),
         (&["user", "user"][..], true, "messages[1]"),
         (&["assistant"][..], false, "messages[0]"),
+        (
+            &["user", "assistant", "user", "assistant", "user", "assistant", "assistant", "user", "assistant"][..],
+            false,
+            "messages[6]",
+        ),
     ] {
         let body = json!({ "messages": turns(roles), "max_tokens": 2, "stream": stream });
         let r = server.post_json("/v1/chat/completions", &body);

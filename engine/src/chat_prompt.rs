@@ -54,17 +54,27 @@ impl Engine {
 
     /// Renders, and when the template refuses the conversation, names the first message it
     /// refuses: the end of the shortest prefix it will not render (templates check order as
-    /// they walk the messages, so that is where the order broke). Only failing requests pay
-    /// for the extra renders.
+    /// they walk the messages, so once a prefix is refused every longer one is too, and a
+    /// binary search finds it in a logarithmic number of renders, paid only by failing
+    /// requests).
     fn render_or_locate(&self, messages: &[ChatMessage], inputs: &TemplateInputs<'_>) -> Result<String> {
         match self.chat_template.render(messages, inputs) {
             Ok(text) => Ok(text),
             Err(RenderError::Raised { message }) => {
-                let refused = |end: &usize| {
-                    matches!(self.chat_template.render(&messages[..=*end], inputs), Err(RenderError::Raised { .. }))
+                let refused = |end: usize| {
+                    matches!(self.chat_template.render(&messages[..=end], inputs), Err(RenderError::Raised { .. }))
                 };
-                let index = (0..messages.len()).find(refused).unwrap_or(messages.len().saturating_sub(1));
-                Err(EngineError::MessageRejected { index, reason: message })
+                // Invariant: the prefix ending at `hi` is refused (at first, the whole).
+                let (mut lo, mut hi) = (0, messages.len().saturating_sub(1));
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if refused(mid) {
+                        hi = mid;
+                    } else {
+                        lo = mid + 1;
+                    }
+                }
+                Err(EngineError::MessageRejected { index: hi, reason: message })
             }
             Err(failed) => Err(EngineError::Tokenizer(failed.into())),
         }
