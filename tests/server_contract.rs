@@ -1,12 +1,18 @@
-//! OpenAI/vLLM contract details: server-level generation defaults, continuing a final
+//! OpenAI/vLLM contract details: server-level generation defaults (overrides, and the
+//! model's own recommendations with `--generation-config auto`), continuing a final
 //! assistant message, and conversations the template cannot render as given.
 
 mod server_support;
 
-use entrobatch::server::{GenerationDefaults, ServerConfig};
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::Value as GgufValue;
+use entrobatch::model_runner::testing::unique_test_path;
+use entrobatch::model_runner::testing_hf::{write_tiny_hf, TinyHfSpec};
+use entrobatch::server::{GenerationConfig, GenerationDefaults, ServerConfig};
 use entrobatch::{GenerationParams, Prompt, SamplingParams};
-use serde_json::json;
-use server_support::{engine_config, smollm2_path, TestServer};
+use serde_json::{json, Value};
+use server_support::{engine_config, smollm2_path, tiny_model_with, TestServer};
 
 /// `--override-generation-config`: a request that leaves a field out gets the server's
 /// default; a request that sends it keeps its own. `/v1/models` shows the defaults.
@@ -83,4 +89,95 @@ fn continue_final_message_continues_the_assistant_text() {
         assert_eq!(r.status, 400, "{name}: {}", r.text());
         assert_eq!(r.json()["error"]["param"], json!(param), "{name}: {}", r.text());
     }
+}
+
+/// A server whose defaults are `GenerationDefaults::resolve`d as `serve` does it.
+fn serve_resolved(model: &Path, source: GenerationConfig, overrides: GenerationDefaults) -> TestServer {
+    let generation_defaults = GenerationDefaults::resolve(source, model, &overrides).expect("resolve defaults");
+    let config = ServerConfig { generation_defaults, ..ServerConfig::default() };
+    TestServer::start_with(engine_config(model.to_path_buf()), config)
+}
+
+/// The card of `GET /v1/models/{id}`.
+fn model_card(server: &TestServer) -> Value {
+    let id = server.get("/v1/models").json()["data"][0]["id"].as_str().map(str::to_string).expect("model id");
+    server.get(&format!("/v1/models/{id}")).json()
+}
+
+fn completion_ids(server: &TestServer, extra: Value) -> Value {
+    let mut body = json!({ "prompt": [5, 17, 42, 99], "max_tokens": 12, "ignore_eos": true, "return_token_ids": true });
+    body.as_object_mut().expect("object").extend(extra.as_object().cloned().unwrap_or_default());
+    let r = server.post_json("/v1/completions", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["choices"][0]["token_ids"].clone()
+}
+
+/// `--generation-config auto` on a GGUF: its `general.sampling.*` keys become the defaults
+/// (temperature 0 here, so a request that leaves temperature out decodes greedily), a
+/// request's own value wins, `--override-generation-config` wins over the file, and the card
+/// shows what is in force. `none` (the default) ignores the file.
+#[test]
+fn generation_config_auto_takes_a_gguf_s_recommended_sampling() {
+    let path = tiny_model_with(
+        "recommends",
+        vec![
+            ("general.sampling.temp", GgufValue::F32(0.0)),
+            ("general.sampling.top_k", GgufValue::U32(20)),
+            ("general.sampling.top_p", GgufValue::F32(0.9)),
+        ],
+    );
+    let greedy =
+        GenerationParams { sampling: SamplingParams::greedy(), max_tokens: 12, ignore_eos: true, ..Default::default() };
+
+    let auto = serve_resolved(&path, GenerationConfig::Auto, GenerationDefaults::default());
+    assert_eq!(model_card(&auto)["generation_defaults"], json!({ "temperature": 0.0, "top_p": 0.9f32, "top_k": 20 }));
+    let reference = auto.engine.generate(vec![Prompt::TokenIds(vec![5, 17, 42, 99])], &greedy).expect("generate");
+    let greedy_ids = json!(reference[0].token_ids);
+    assert_eq!(completion_ids(&auto, json!({ "seed": 1 })), greedy_ids, "the file's temperature 0 applies");
+    let sampled = completion_ids(&auto, json!({ "seed": 1, "temperature": 1.0 }));
+    assert_ne!(sampled, greedy_ids, "the request's own temperature wins");
+    drop(auto);
+
+    let overridden = serve_resolved(
+        &path,
+        GenerationConfig::Auto,
+        GenerationDefaults { temperature: Some(1.0), ..GenerationDefaults::default() },
+    );
+    assert_eq!(
+        model_card(&overridden)["generation_defaults"],
+        json!({ "temperature": 1.0, "top_p": 0.9f32, "top_k": 20 }),
+        "the override replaces the file's temperature and keeps the rest"
+    );
+    assert_eq!(completion_ids(&overridden, json!({ "seed": 1 })), sampled, "temperature 1 from the override");
+    drop(overridden);
+
+    let none = serve_resolved(&path, GenerationConfig::None, GenerationDefaults::default());
+    assert_eq!(model_card(&none)["generation_defaults"], json!({}), "`none` ignores the file");
+}
+
+/// `--generation-config auto` on a checkpoint directory: `generation_config.json`'s sampling
+/// keys, with `max_new_tokens` as the default `max_tokens`.
+#[test]
+fn generation_config_auto_reads_a_checkpoint_s_generation_config_json() {
+    let dir = unique_test_path(env!("CARGO_TARGET_TMPDIR"), "hf-recommends");
+    write_tiny_hf(&dir, &TinyHfSpec::qwen2()).expect("write checkpoint");
+    let file = dir.join("generation_config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
+    config.as_object_mut().expect("object").extend([
+        ("temperature".to_string(), json!(0.0)),
+        ("repetition_penalty".to_string(), json!(1.0)),
+        ("max_new_tokens".to_string(), json!(5)),
+    ]);
+    std::fs::write(&file, config.to_string()).expect("write generation_config");
+    let server = serve_resolved(
+        &dir,
+        GenerationConfig::Auto,
+        GenerationDefaults { top_k: Some(5), ..GenerationDefaults::default() },
+    );
+    assert_eq!(
+        model_card(&server)["generation_defaults"],
+        json!({ "temperature": 0.0, "top_k": 5, "max_tokens": 5, "repetition_penalty": 1.0 })
+    );
+    assert_eq!(completion_ids(&server, json!({ "max_tokens": null })).as_array().map(Vec::len), Some(5));
+    assert_eq!(completion_ids(&server, json!({ "max_tokens": 3 })).as_array().map(Vec::len), Some(3));
 }

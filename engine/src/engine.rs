@@ -18,7 +18,10 @@ use crate::metrics::EngineMetrics;
 use crate::prepare::PreparedRequest;
 use crate::request::{GenerationParams, Prompt, Request};
 use crate::structured::{StructuredBackend, StructuredError};
-use entrobatch_model_runner::ChatMessage;
+
+// Rendering a chat prompt: kwargs, continuing the final message, locating a refused message.
+#[path = "chat_prompt.rs"]
+mod chat_prompt;
 
 /// What callers may want to know about the running engine.
 #[derive(Clone, Debug)]
@@ -177,42 +180,6 @@ impl Engine {
 
     pub fn metrics(&self) -> &Arc<EngineMetrics> {
         &self.metrics
-    }
-
-    /// The chat template's text for `messages`: a new assistant turn opened, or, with
-    /// `continue_final_message`, cut right after the final message's content (its end-of-turn
-    /// dropped) so the output continues it.
-    fn render_chat(&self, messages: &[ChatMessage], params: &GenerationParams) -> Result<String> {
-        let tools = params.tools.as_deref();
-        if !params.continue_final_message {
-            let rendered = self.chat_template.apply_with_tools(
-                messages,
-                params.add_generation_prompt,
-                params.enable_thinking,
-                tools,
-            )?;
-            return Ok(rendered);
-        }
-        if params.add_generation_prompt {
-            return Err(EngineError::invalid(
-                "continue_final_message",
-                "continue_final_message and add_generation_prompt are mutually exclusive",
-            ));
-        }
-        let Some(last) = messages.last().filter(|m| m.role == "assistant" && !m.content.is_empty()) else {
-            return Err(EngineError::invalid(
-                "continue_final_message",
-                "continue_final_message needs a final assistant message with content to continue",
-            ));
-        };
-        let rendered = self.chat_template.apply_with_tools(messages, false, params.enable_thinking, tools)?;
-        match rendered.rfind(last.content.as_str()) {
-            Some(at) => Ok(rendered[..at + last.content.len()].to_string()),
-            None => Err(EngineError::invalid(
-                "continue_final_message",
-                "the chat template does not render the final message's content verbatim, so it cannot be continued",
-            )),
-        }
     }
 
     /// Renders a prompt to token ids the way `submit` will.

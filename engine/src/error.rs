@@ -9,6 +9,10 @@ pub enum EngineError {
     /// The client must change `field`.
     #[error("{field}: {reason}")]
     InvalidRequest { field: &'static str, reason: String },
+    /// The chat template refused the conversation as given (`raise_exception`: roles out of
+    /// order, a message it cannot place); `index` is the first message it refused.
+    #[error("messages[{index}]: {reason}")]
+    MessageRejected { index: usize, reason: String },
     /// The decoding strategy refused its parameters, or cannot run on this model.
     #[error("decoding: {0}")]
     Strategy(#[from] StrategyError),

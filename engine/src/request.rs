@@ -41,6 +41,9 @@ pub struct GenerationParams {
     /// Tool definitions (OpenAI's `tools` list) for the chat template to render; only with
     /// `Prompt::Chat` on a model whose template reads them.
     pub tools: Option<Vec<serde_json::Value>>,
+    /// `Prompt::Chat`: further template variables (vLLM's `chat_template_kwargs`), by name.
+    /// Names the renderer sets itself (`messages`, `tools`, `enable_thinking`, ...) are refused.
+    pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Default for GenerationParams {
@@ -58,6 +61,7 @@ impl Default for GenerationParams {
             return_metrics: false,
             structured: None,
             tools: None,
+            chat_template_kwargs: serde_json::Map::new(),
         }
     }
 }

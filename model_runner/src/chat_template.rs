@@ -11,6 +11,8 @@ use crate::tokenizer::{GgufTokenizer, TokenizerError};
 
 #[path = "tokenizer_template_fns.rs"]
 mod fns;
+#[path = "chat_message.rs"]
+mod message;
 #[path = "tokenizer_strftime.rs"]
 mod strftime;
 
@@ -20,82 +22,8 @@ pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>
 
 const TEMPLATE_NAME: &str = "chat";
 
-/// One conversation turn as chat templates see it (`messages[i]` in the template).
-///
-/// The optional fields follow HF transformers' message dicts and are left out of the template's
-/// view when absent, so templates testing `message.tool_calls is defined` (or truthiness)
-/// behave as they do in Python.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ChatMessage {
-    pub role: String,
-    pub content: String,
-    /// An assistant turn's calls, OpenAI-shaped: `{"id", "type": "function", "function":
-    /// {"name", "arguments"}}`. `arguments` may be the OpenAI JSON *string*: rendering turns
-    /// it into the object templates expect (see [`ChatTemplate::apply_with_tools`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_calls: Option<Vec<serde_json::Value>>,
-    /// A `tool` turn: the id of the call it answers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_call_id: Option<String>,
-    /// A `tool` turn: the function's name (some templates print it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-}
-
-impl ChatMessage {
-    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self { role: role.into(), content: content.into(), ..Self::default() }
-    }
-
-    /// The same message carrying `calls` (an assistant turn that called tools).
-    pub fn with_tool_calls(mut self, calls: Vec<serde_json::Value>) -> Self {
-        self.tool_calls = Some(calls);
-        self
-    }
-
-    /// A `tool` turn answering call `tool_call_id`.
-    pub fn tool_result(tool_call_id: impl Into<String>, content: impl Into<String>) -> Self {
-        Self {
-            role: "tool".into(),
-            content: content.into(),
-            tool_call_id: Some(tool_call_id.into()),
-            name: None,
-            tool_calls: None,
-        }
-    }
-}
-
-/// OpenAI clients send `function.arguments` as a JSON string, but HF templates print it with
-/// `tool_call.arguments | tojson`, which would quote the string a second time (`"{\"city\"..."`)
-/// instead of writing the object the model was trained on. Like vLLM, a string that parses
-/// as a JSON object is replaced by the object; anything else is left as given.
-fn arguments_as_object(call: &mut serde_json::Value) {
-    use serde_json::Value as J;
-    let slot = match call.get_mut("function") {
-        Some(f @ J::Object(_)) => f.get_mut("arguments"),
-        _ => call.get_mut("arguments"),
-    };
-    if let Some(args) = slot {
-        if let J::String(text) = &*args {
-            if let Ok(obj @ J::Object(_)) = serde_json::from_str::<J>(text) {
-                *args = obj;
-            }
-        }
-    }
-}
-
-/// `messages` with every tool call's arguments as an object, copying only when some message
-/// has calls (the common, tool-free prompt is not cloned).
-fn normalized(messages: &[ChatMessage]) -> std::borrow::Cow<'_, [ChatMessage]> {
-    if messages.iter().all(|m| m.tool_calls.is_none()) {
-        return std::borrow::Cow::Borrowed(messages);
-    }
-    let mut owned = messages.to_vec();
-    for call in owned.iter_mut().filter_map(|m| m.tool_calls.as_mut()).flatten() {
-        arguments_as_object(call);
-    }
-    std::borrow::Cow::Owned(owned)
-}
+use message::normalized;
+pub use message::ChatMessage;
 
 /// A compiled chat template. Rendering is `&self` and thread-safe.
 pub struct ChatTemplate {
@@ -186,33 +114,80 @@ impl ChatTemplate {
         enable_thinking: Option<bool>,
         tools: Option<&[serde_json::Value]>,
     ) -> Result<String, TokenizerError> {
+        let inputs = TemplateInputs { add_generation_prompt, enable_thinking, tools, ..TemplateInputs::default() };
+        self.render(messages, &inputs).map_err(TokenizerError::from)
+    }
+
+    /// Renders the conversation with everything the template may read beside it, telling a
+    /// conversation the template refuses (`raise_exception`) from any other failure.
+    pub fn render(&self, messages: &[ChatMessage], inputs: &TemplateInputs<'_>) -> Result<String, RenderError> {
         let messages = normalized(messages);
         // Same variables HF passes: absent tools/documents are None (not undefined), so
         // templates testing `tools is not none` behave as in Python.
-        let tools = match tools {
+        let tools = match inputs.tools {
             Some(t) => Value::from_serialize(t),
             None => Value::from(()),
         };
-        let mut ctx: Vec<(&str, Value)> = vec![
+        // The caller's extra variables go first so that the ones set here, which the rest of
+        // the request depends on, win over a kwarg of the same name.
+        let mut ctx: Vec<(&str, Value)> =
+            inputs.kwargs.iter().flat_map(|k| k.iter()).map(|(k, v)| (k.as_str(), Value::from_serialize(v))).collect();
+        ctx.extend([
             ("messages", Value::from_serialize(&*messages)),
-            ("add_generation_prompt", Value::from(add_generation_prompt)),
+            ("add_generation_prompt", Value::from(inputs.add_generation_prompt)),
             ("tools", tools),
             ("documents", Value::from(())),
-        ];
+        ]);
         if let Some(b) = &self.bos_token {
             ctx.push(("bos_token", Value::from(b.as_str())));
         }
         if let Some(e) = &self.eos_token {
             ctx.push(("eos_token", Value::from(e.as_str())));
         }
-        if let Some(t) = enable_thinking {
+        if let Some(t) = inputs.enable_thinking {
             ctx.push(("enable_thinking", Value::from(t)));
         }
         let ctx: Value = ctx.into_iter().collect();
-        self.env
-            .get_template(TEMPLATE_NAME)
-            .and_then(|t| t.render(ctx))
-            .map_err(|e| TokenizerError::Encode(format!("chat template: {e:#}")))
+        self.env.get_template(TEMPLATE_NAME).and_then(|t| t.render(ctx)).map_err(|e| match fns::raised_message(&e) {
+            Some(message) => RenderError::Raised { message },
+            None => RenderError::Failed(format!("{e:#}")),
+        })
+    }
+}
+
+/// What a render passes to the template beside the messages.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TemplateInputs<'a> {
+    pub add_generation_prompt: bool,
+    /// Qwen3's thinking switch; `None` leaves it undefined (the template's own default).
+    pub enable_thinking: Option<bool>,
+    pub tools: Option<&'a [serde_json::Value]>,
+    /// Further template variables (vLLM's `chat_template_kwargs`); a name the renderer sets
+    /// itself (`messages`, `tools`, ...) keeps the renderer's value.
+    pub kwargs: Option<&'a serde_json::Map<String, serde_json::Value>>,
+}
+
+/// The variables [`ChatTemplate::render`] sets itself.
+pub const RESERVED_VARIABLES: [&str; 7] =
+    ["messages", "add_generation_prompt", "tools", "documents", "bos_token", "eos_token", "enable_thinking"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// The template called `raise_exception(message)`: it cannot format this conversation
+    /// (two user turns in a row where it wants alternation, a system message out of place).
+    #[error("the chat template refused the conversation: {message}")]
+    Raised { message: String },
+    /// Anything else: a template the renderer cannot run, or a value it cannot format.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<RenderError> for TokenizerError {
+    fn from(e: RenderError) -> Self {
+        match e {
+            RenderError::Raised { message } => TokenizerError::Encode(format!("chat template: {message}")),
+            RenderError::Failed(detail) => TokenizerError::Encode(format!("chat template: {detail}")),
+        }
     }
 }
 
@@ -220,39 +195,6 @@ impl ChatTemplate {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn string_arguments_become_objects() {
-        let mut call = json!({"id": "c", "type": "function",
-            "function": {"name": "f", "arguments": "{\"a\": [1, 2]}"}});
-        arguments_as_object(&mut call);
-        assert_eq!(call["function"]["arguments"], json!({"a": [1, 2]}));
-        // Flat `{name, arguments}` calls (templates accept both shapes) are handled too.
-        let mut flat = json!({"name": "f", "arguments": "{}"});
-        arguments_as_object(&mut flat);
-        assert_eq!(flat["arguments"], json!({}));
-    }
-
-    #[test]
-    fn non_object_arguments_are_left_alone() {
-        for args in [json!("not json"), json!("[1]"), json!("3"), json!(null), json!(7)] {
-            let mut call = json!({"function": {"name": "f", "arguments": args.clone()}});
-            arguments_as_object(&mut call);
-            assert_eq!(call["function"]["arguments"], args);
-        }
-        // A message shape the normalizer does not know is not touched (nor does it panic).
-        let mut odd = json!(["x"]);
-        arguments_as_object(&mut odd);
-        assert_eq!(odd, json!(["x"]));
-    }
-
-    #[test]
-    fn tool_free_conversations_are_not_copied() {
-        let m = vec![ChatMessage::new("user", "hi")];
-        assert!(matches!(normalized(&m), std::borrow::Cow::Borrowed(_)));
-        let with = vec![ChatMessage::new("assistant", "").with_tool_calls(vec![json!({})])];
-        assert!(matches!(normalized(&with), std::borrow::Cow::Owned(_)));
-    }
 
     #[test]
     fn tools_context_is_none_or_the_list() {

@@ -58,6 +58,9 @@ pub struct TinyModelSpec {
     /// `intermediate`) must be a multiple of its block size: 32 for Q8_0/Q4_0/Q4_1, which is
     /// why k-quants (256) don't fit the default 64-wide model.
     pub dtype: GgmlDType,
+    /// Metadata written after the generated keys, replacing any of the same name: a chat
+    /// template of the test's own, `general.sampling.*` recommendations.
+    pub extra_metadata: Vec<(String, Value)>,
 }
 
 impl TinyModelSpec {
@@ -72,6 +75,7 @@ impl TinyModelSpec {
             context_length: 512,
             seed: 0,
             dtype: GgmlDType::Q8_0,
+            extra_metadata: Vec::new(),
         }
     }
 
@@ -164,6 +168,10 @@ pub fn write_tiny_gguf(path: &Path, spec: &TinyModelSpec) -> candle_core::Result
     }
     metadata.extend(arch_kv.into_iter().map(|(k, v)| (format!("{arch}.{k}"), v)));
     metadata.extend(vocab::tokenizer_metadata(spec.arch)?);
+    for (key, value) in &spec.extra_metadata {
+        metadata.retain(|(k, _)| k != key);
+        metadata.push((key.clone(), value.clone()));
+    }
 
     let tensors = build_tensors(spec)?;
     let file = std::fs::File::create(path)?;

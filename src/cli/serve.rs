@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use entrobatch::scheduler::SchedulerConfig;
-use entrobatch::server::{serve_until_signal, ServerConfig};
+use entrobatch::server::{serve_until_signal, GenerationConfig, GenerationDefaults, ServerConfig};
 use entrobatch::{Engine, EngineConfig};
 
 #[derive(Args, Debug)]
@@ -56,15 +56,22 @@ pub struct ServeArgs {
     /// top_k, min_p, seed, max_tokens, repetition_penalty, presence_penalty, frequency_penalty.
     #[arg(long, value_name = "JSON")]
     pub override_generation_config: Option<String>,
+    /// `auto`: the model's recommended sampling (a GGUF's `general.sampling.*` keys, a
+    /// checkpoint's `generation_config.json`) becomes the default for fields a request leaves
+    /// out, under `--override-generation-config`. `none` ignores it (vLLM's flag).
+    #[arg(long, value_name = "auto|none", default_value = "none")]
+    pub generation_config: GenerationConfig,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
-    let generation_defaults = match &args.override_generation_config {
-        Some(text) => entrobatch::server::GenerationDefaults::from_json(text)
+    let overrides = match &args.override_generation_config {
+        Some(text) => GenerationDefaults::from_json(text)
             .context("--override-generation-config must be a JSON object of sampling fields")?,
         None => Default::default(),
     };
     let model = super::resolve_model(args.model.clone())?;
+    let generation_defaults = GenerationDefaults::resolve(args.generation_config, &model, &overrides)
+        .context("cannot read the model's recommended sampling (--generation-config auto)")?;
     let mut config = EngineConfig::new(model);
     config.max_queued_requests = args.max_queue;
     config.max_num_seqs = args.max_num_seqs;

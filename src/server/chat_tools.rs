@@ -5,10 +5,11 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::error::ApiError;
 use super::protocol::{ContentField, MessageIn};
+use super::response::{Delta, FunctionCall, FunctionDelta, ToolCall, ToolCallDelta};
 use super::tool_calls::{
     call_schema, new_call_id, HermesFormat, Parsed, ToolCallFormat, ToolCallStream, ToolChoice, ToolDelta, ToolSpec,
 };
@@ -163,23 +164,35 @@ impl ToolUse {
 }
 
 /// A response message's `tool_calls`.
-pub fn tool_calls_json(parsed: &Parsed) -> Value {
-    let calls: Vec<Value> = parsed
+pub fn tool_calls(parsed: &Parsed) -> Vec<ToolCall> {
+    parsed
         .calls
         .iter()
-        .map(|c| json!({ "id": new_call_id(), "type": "function", "function": { "name": c.name, "arguments": c.arguments } }))
-        .collect();
-    Value::Array(calls)
+        .map(|c| ToolCall {
+            id: new_call_id(),
+            kind: "function",
+            function: FunctionCall { name: c.name.clone(), arguments: c.arguments.clone() },
+        })
+        .collect()
 }
 
 /// The stream deltas of one decided piece, as OpenAI sends them: a call's id and name
 /// first (empty arguments), then its arguments.
-pub fn delta_json(delta: ToolDelta) -> Vec<Value> {
+pub fn tool_deltas(delta: ToolDelta) -> Vec<Delta> {
     match delta {
-        ToolDelta::Content(text) => vec![json!({ "content": text })],
-        ToolDelta::Call { index, id, name, arguments } => vec![
-            json!({ "tool_calls": [{ "index": index, "id": id, "type": "function", "function": { "name": name, "arguments": "" } }] }),
-            json!({ "tool_calls": [{ "index": index, "function": { "arguments": arguments } }] }),
-        ],
+        ToolDelta::Content(text) => vec![Delta::content(text)],
+        ToolDelta::Call { index, id, name, arguments } => {
+            let named = ToolCallDelta {
+                index,
+                id: Some(id),
+                kind: Some("function"),
+                function: FunctionDelta { name: Some(name), arguments: String::new() },
+            };
+            let args = ToolCallDelta { index, id: None, kind: None, function: FunctionDelta { name: None, arguments } };
+            vec![
+                Delta { tool_calls: Some(vec![named]), ..Delta::default() },
+                Delta { tool_calls: Some(vec![args]), ..Delta::default() },
+            ]
+        }
     }
 }

@@ -4,16 +4,16 @@ use crate::{FinishReason, GeneratedToken, Prompt};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Map, Value};
 
 use super::defaults::GenerationDefaults;
 use super::error::ApiError;
 use super::extract::ApiJson;
-use super::format::{completion_logprobs, Extras};
+use super::format::{completion_logprobs, Extras, Frame};
 use super::params::{completion_prompt, engine_request, parse_common, parse_logprobs, refuse_unknown, ParsedParams};
 use super::protocol::CompletionRequest;
+use super::response::{Completion, CompletionChoice, CompletionChunk, TokenExtras, Usage};
 use super::state::AppState;
-use super::stream::{sse_response, usage_json, StreamFormat};
+use super::stream::{sse_response, StreamFormat};
 
 /// OpenAI's default when `max_tokens` is absent.
 pub(super) const DEFAULT_MAX_TOKENS: usize = 16;
@@ -46,9 +46,7 @@ pub async fn completions(
     let request = engine_request(prompt, parsed.params, parsed.max_tokens, Some(DEFAULT_MAX_TOKENS));
     let handle = state.submit(request).await?;
     let format = CompletionFormat {
-        state: state.clone(),
-        id: state.response_id("cmpl", handle.id),
-        created: super::state::unix_now(),
+        frame: Frame::new(&state, "cmpl", handle.id),
         logprobs: logprobs.is_some(),
         extras: Extras { return_metrics, return_token_ids: parsed.return_token_ids },
         text_offset: 0,
@@ -61,73 +59,62 @@ pub async fn completions(
     if output.finish_reason == FinishReason::Error {
         return Err(ApiError::internal(output.error.unwrap_or_else(|| "generation failed".into())));
     }
-    let mut choice = format.choice(&output.tokens, &output.text);
-    choice.insert("finish_reason".into(), json!(output.finish_reason.as_str()));
-    let body = json!({
-        "id": format.id,
-        "object": "text_completion",
-        "created": format.created,
-        "model": state.model_id,
-        "system_fingerprint": state.fingerprint,
-        "choices": [Value::Object(choice)],
-        "usage": usage_json(output.prompt_token_ids.len(), output.cached_tokens, output.token_ids.len()),
-    });
+    let choice = CompletionChoice {
+        finish_reason: Some(output.finish_reason.as_str()),
+        ..format.choice(&output.tokens, &output.text)
+    };
+    let usage = Usage::new(output.prompt_token_ids.len(), output.cached_tokens, output.token_ids.len());
+    let body: Completion = format.frame.body("text_completion", vec![choice], Some(usage));
     Ok(Json(body).into_response())
 }
 
 struct CompletionFormat {
-    state: AppState,
-    id: String,
-    created: u64,
+    frame: Frame,
     logprobs: bool,
     extras: Extras,
     text_offset: usize,
 }
 
 impl CompletionFormat {
-    fn choice(&mut self, tokens: &[GeneratedToken], text: &str) -> Map<String, Value> {
-        let mut choice = Map::new();
-        choice.insert("index".into(), json!(0));
-        choice.insert("text".into(), json!(text));
-        let logprobs = if self.logprobs {
-            completion_logprobs(&self.state.engine, tokens, &mut self.text_offset)
-        } else {
-            Value::Null
-        };
-        choice.insert("logprobs".into(), logprobs);
-        choice.insert("finish_reason".into(), Value::Null);
-        self.extras.apply(tokens, &mut choice);
-        choice
+    fn choice(&mut self, tokens: &[GeneratedToken], text: &str) -> CompletionChoice {
+        CompletionChoice {
+            index: 0,
+            text: text.to_string(),
+            logprobs: self
+                .logprobs
+                .then(|| completion_logprobs(&self.frame.state.engine, tokens, &mut self.text_offset)),
+            finish_reason: None,
+            extras: self.extras.for_tokens(tokens),
+        }
     }
 
-    fn chunk(&self, choices: Vec<Value>) -> Value {
-        json!({
-            "id": self.id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.state.model_id,
-            "system_fingerprint": self.state.fingerprint,
-            "choices": choices,
-        })
+    fn chunk(&self, choices: Vec<CompletionChoice>) -> CompletionChunk {
+        self.frame.body("text_completion", choices, None)
     }
 }
 
 impl StreamFormat for CompletionFormat {
+    type Chunk = CompletionChunk;
+
     /// One chunk per engine event, even when its text is empty (a partial UTF-8 character,
     /// EOS): clients time tokens by chunks.
-    fn on_tokens(&mut self, tokens: &[GeneratedToken], text: &str) -> Vec<Value> {
+    fn on_tokens(&mut self, tokens: &[GeneratedToken], text: &str) -> Vec<CompletionChunk> {
         let choice = self.choice(tokens, text);
-        vec![self.chunk(vec![Value::Object(choice)])]
-    }
-
-    fn on_finish(&mut self, reason: FinishReason) -> Vec<Value> {
-        let choice = json!({ "index": 0, "text": "", "logprobs": null, "finish_reason": reason.as_str() });
         vec![self.chunk(vec![choice])]
     }
 
-    fn usage_chunk(&self, usage: Value) -> Value {
-        let mut chunk = self.chunk(Vec::new());
-        chunk["usage"] = usage;
-        chunk
+    fn on_finish(&mut self, reason: FinishReason) -> Vec<CompletionChunk> {
+        let choice = CompletionChoice {
+            index: 0,
+            text: String::new(),
+            logprobs: None,
+            finish_reason: Some(reason.as_str()),
+            extras: TokenExtras::default(),
+        };
+        vec![self.chunk(vec![choice])]
+    }
+
+    fn usage_chunk(&self, usage: Usage) -> CompletionChunk {
+        self.frame.body("text_completion", Vec::new(), Some(usage))
     }
 }

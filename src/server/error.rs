@@ -5,7 +5,8 @@ use crate::EngineError;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
+
+use super::response::{ErrorBody, ErrorDetail};
 
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -56,15 +57,15 @@ impl ApiError {
     }
 
     /// The JSON body, also sent as an SSE `data:` line when a stream fails midway.
-    pub fn body(&self) -> Value {
-        json!({
-            "error": {
-                "message": self.message,
-                "type": self.kind,
-                "param": self.param,
-                "code": self.code,
-            }
-        })
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                message: self.message.clone(),
+                kind: self.kind,
+                param: self.param.clone(),
+                code: self.code,
+            },
+        }
     }
 }
 
@@ -84,6 +85,7 @@ impl From<EngineError> for ApiError {
         match e {
             EngineError::Strategy(_) => Self::invalid_param("decoding", message).with_code("invalid_decoding"),
             EngineError::InvalidRequest { field, .. } => Self::invalid_param(field, message),
+            EngineError::MessageRejected { index, .. } => Self::invalid_param(format!("messages[{index}]"), message),
             EngineError::NeverFits { .. } => {
                 Self::invalid_param("max_tokens", message).with_code("context_length_exceeded")
             }

@@ -2,7 +2,36 @@
 //! `token_metrics` (entropy, varentropy, strategy decisions) and `token_ids`.
 
 use crate::{Engine, GeneratedToken};
-use serde_json::{json, Map, Value};
+
+use super::response::{ChatLogprob, ChatLogprobs, CompletionLogprobs, Envelope, TokenExtras, TopChatLogprob, Usage};
+use super::state::AppState;
+
+/// What every body of one response repeats: its id and creation time, and the server's
+/// model id and fingerprint.
+pub struct Frame {
+    pub state: AppState,
+    pub id: String,
+    pub created: u64,
+}
+
+impl Frame {
+    /// A response id for engine request `request` (`kind` is `chatcmpl` or `cmpl`).
+    pub fn new(state: &AppState, kind: &str, request: u64) -> Self {
+        Self { state: state.clone(), id: state.response_id(kind, request), created: super::state::unix_now() }
+    }
+
+    pub fn body<C>(&self, object: &'static str, choices: Vec<C>, usage: Option<Usage>) -> Envelope<C> {
+        Envelope {
+            id: self.id.clone(),
+            object,
+            created: self.created,
+            model: self.state.model_id.clone(),
+            system_fingerprint: self.state.fingerprint.clone(),
+            choices,
+            usage,
+        }
+    }
+}
 
 /// A token's text as clients see it (decoded alone, special tokens kept).
 pub fn token_text(engine: &Engine, id: u32) -> String {
@@ -17,60 +46,46 @@ pub struct Extras {
 }
 
 impl Extras {
-    /// Adds `token_metrics` and `token_ids` for these tokens to a choice object.
-    pub fn apply(&self, tokens: &[GeneratedToken], choice: &mut Map<String, Value>) {
-        if self.return_metrics {
-            let metrics: Vec<Value> =
-                tokens.iter().map(|t| t.metrics.as_ref().map_or(Value::Null, |m| json!(m))).collect();
-            choice.insert("token_metrics".into(), Value::Array(metrics));
-        }
-        if self.return_token_ids {
-            choice.insert("token_ids".into(), json!(tokens.iter().map(|t| t.token_id).collect::<Vec<_>>()));
-        }
+    /// `token_metrics` and `token_ids` for these tokens, as far as they were asked for.
+    pub fn for_tokens(&self, tokens: &[GeneratedToken]) -> TokenExtras {
+        TokenExtras::new(tokens, self.return_metrics, self.return_token_ids)
     }
 }
 
 /// Completions layout: parallel arrays, top logprobs as `{token_text: logprob}` maps.
 /// `text_offset` carries on across stream chunks.
-pub fn completion_logprobs(engine: &Engine, tokens: &[GeneratedToken], text_offset: &mut usize) -> Value {
-    let (mut texts, mut lps, mut tops, mut offsets) = (vec![], vec![], vec![], vec![]);
+pub fn completion_logprobs(engine: &Engine, tokens: &[GeneratedToken], text_offset: &mut usize) -> CompletionLogprobs {
+    let mut out = CompletionLogprobs::default();
     for t in tokens {
         let text = token_text(engine, t.token_id);
-        offsets.push(*text_offset);
+        out.text_offset.push(*text_offset);
         *text_offset += text.len();
-        match &t.logprob {
-            Some(lp) => {
-                lps.push(json!(lp.logprob));
-                let top: Map<String, Value> =
-                    lp.top_logprobs.iter().map(|&(id, p)| (token_text(engine, id), json!(p))).collect();
-                tops.push(Value::Object(top));
-            }
-            None => {
-                lps.push(Value::Null);
-                tops.push(Value::Null);
-            }
-        }
-        texts.push(text);
+        out.token_logprobs.push(t.logprob.as_ref().map(|lp| f64::from(lp.logprob)));
+        out.top_logprobs.push(
+            t.logprob
+                .as_ref()
+                .map(|lp| lp.top_logprobs.iter().map(|&(id, p)| (token_text(engine, id), f64::from(p))).collect()),
+        );
+        out.tokens.push(text);
     }
-    json!({ "tokens": texts, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets })
+    out
 }
 
-/// Chat layout: `{"content": [{token, logprob, bytes, top_logprobs: [...]}]}`.
-pub fn chat_logprobs(engine: &Engine, tokens: &[GeneratedToken]) -> Value {
-    let entry = |id: u32, logprob: f32| {
-        let text = token_text(engine, id);
-        let bytes = text.as_bytes().to_vec();
-        json!({ "token": text, "logprob": logprob, "bytes": bytes })
+/// Chat layout: `{"content": [{token, logprob, bytes, top_logprobs: [...]}]}`; tokens
+/// without logprobs are left out.
+pub fn chat_logprobs(engine: &Engine, tokens: &[GeneratedToken]) -> ChatLogprobs {
+    let top = |id: u32, logprob: f32| {
+        let token = token_text(engine, id);
+        TopChatLogprob { bytes: token.as_bytes().to_vec(), token, logprob: f64::from(logprob) }
     };
-    let content: Vec<Value> = tokens
+    let content = tokens
         .iter()
         .filter_map(|t| {
             let lp = t.logprob.as_ref()?;
-            let mut e = entry(t.token_id, lp.logprob);
-            let top: Vec<Value> = lp.top_logprobs.iter().map(|&(id, p)| entry(id, p)).collect();
-            e["top_logprobs"] = Value::Array(top);
-            Some(e)
+            let TopChatLogprob { token, logprob, bytes } = top(t.token_id, lp.logprob);
+            let top_logprobs = lp.top_logprobs.iter().map(|&(id, p)| top(id, p)).collect();
+            Some(ChatLogprob { token, logprob, bytes, top_logprobs })
         })
         .collect();
-    json!({ "content": content })
+    ChatLogprobs { content }
 }

@@ -9,6 +9,7 @@
 //! `GET /playground/info`.
 
 mod chat;
+mod chat_format;
 mod chat_tools;
 mod completions;
 mod defaults;
@@ -22,6 +23,7 @@ mod probes;
 mod protocol;
 mod reasoning;
 mod request_id;
+mod response;
 mod state;
 mod stream;
 mod structured;
@@ -37,10 +39,9 @@ use crate::{Engine, ShutdownMode};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::json;
 use tokio::net::TcpListener;
 
-pub use defaults::GenerationDefaults;
+pub use defaults::{GenerationConfig, GenerationDefaults};
 pub use error::ApiError;
 pub use state::AppState;
 pub use validate::{validate_body, Endpoint, ValidatedRequest};
@@ -53,7 +54,8 @@ pub struct ServerConfig {
     pub body_limit_bytes: usize,
     /// After a shutdown signal, how long in-flight requests may run before they are aborted.
     pub shutdown_grace: Duration,
-    /// Sampling values for fields a request leaves out (`--override-generation-config`).
+    /// Sampling values for fields a request leaves out: `GenerationDefaults::resolve` of
+    /// `--generation-config` and `--override-generation-config`.
     pub generation_defaults: GenerationDefaults,
 }
 
@@ -174,8 +176,8 @@ pub async fn wait_for_signal() {
     }
 }
 
-async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
-    Json(json!({ "object": "list", "data": [tokenize::model_card(&state)] }))
+async fn models(State(state): State<AppState>) -> Json<response::ModelList> {
+    Json(response::ModelList { object: "list", data: vec![tokenize::model_card(&state)] })
 }
 
 async fn not_found() -> ApiError {

@@ -10,8 +10,8 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
 
+use super::response::PlaygroundInfo;
 use super::state::AppState;
 
 /// The page itself; `playground.html` is kept as a real HTML file so it can be edited and
@@ -24,16 +24,12 @@ pub async fn page() -> Response {
 }
 
 /// `GET /playground/info`: the served model's id and which page features it supports.
-pub async fn info(State(state): State<AppState>) -> Json<Value> {
+pub async fn info(State(state): State<AppState>) -> Json<PlaygroundInfo> {
     let engine_info = state.engine.info();
-    Json(json!({
-        "model": state.model_id,
-        "max_model_len": engine_info.max_model_len,
-        // WeDLM fills `[MASK]` windows; an ordinary checkpoint has no mask token and the
-        // engine would reject the request, so the page greys the option out instead.
-        "wedlm": engine_info.model_config.mask_token_id.is_some(),
-        // Without one the chat endpoint falls back to ChatML, which may not be what the
-        // model was trained on; the page says so next to its chat switch.
-        "chat_template": state.engine.tokenizer().chat_template.is_some(),
-    }))
+    Json(PlaygroundInfo {
+        model: state.model_id.clone(),
+        max_model_len: engine_info.max_model_len,
+        wedlm: engine_info.model_config.mask_token_id.is_some(),
+        chat_template: state.engine.tokenizer().chat_template.is_some(),
+    })
 }

@@ -4,15 +4,15 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
 
 use super::error::ApiError;
+use super::response::Health;
 use super::state::AppState;
 
 /// Live: 200 while the server answers at all, draining included, so that a probe does not
 /// restart a replica that is finishing its requests.
-pub async fn health() -> Json<serde_json::Value> {
-    Json(json!({ "status": "ok" }))
+pub async fn health() -> Json<Health> {
+    Json(Health { status: "ok", in_flight: None, max_in_flight: None })
 }
 
 /// Ready: 503 with `Retry-After` once shutdown has begun or while the in-flight bound is
@@ -26,5 +26,5 @@ pub async fn ready(State(state): State<AppState>) -> Response {
         let message = format!("at capacity: {in_flight} requests in flight (bound {bound})");
         return ApiError::unavailable(message).with_retry_after(1).into_response();
     }
-    Json(json!({ "status": "ready", "in_flight": in_flight, "max_in_flight": bound })).into_response()
+    Json(Health { status: "ready", in_flight: Some(in_flight), max_in_flight: Some(bound) }).into_response()
 }

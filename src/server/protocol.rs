@@ -1,7 +1,7 @@
 //! Request bodies of `/v1/completions` and `/v1/chat/completions`. Fields are optional so a
 //! client sends only what it changes; a known field of the wrong type is a 400, and so is an
 //! unknown one unless it cannot change the output (`INERT_FIELDS`): nothing a client sends is
-//! silently ignored. Responses are built as JSON values next to their handlers.
+//! silently ignored. Response bodies are typed structs in `response/`.
 
 use std::collections::HashMap;
 
@@ -154,12 +154,6 @@ pub struct MessageIn {
     pub name: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct ChatTemplateKwargs {
-    pub enable_thinking: Option<bool>,
-}
-
 #[derive(Debug, Deserialize)]
 pub struct ChatRequest {
     #[serde(flatten)]
@@ -169,9 +163,10 @@ pub struct ChatRequest {
     pub logprobs: Option<bool>,
     #[serde(default)]
     pub top_logprobs: Option<i64>,
-    /// vLLM's way to pass template switches such as Qwen3's `enable_thinking`.
+    /// vLLM: variables for the chat template, such as Qwen3's `enable_thinking`; every key
+    /// becomes a template variable.
     #[serde(default)]
-    pub chat_template_kwargs: Option<ChatTemplateKwargs>,
+    pub chat_template_kwargs: Option<serde_json::Map<String, Value>>,
     /// Accepted at the top level too, for convenience.
     #[serde(default)]
     pub enable_thinking: Option<bool>,
@@ -188,6 +183,10 @@ pub struct ChatRequest {
     /// vLLM: continue the final assistant message instead of opening a new turn.
     #[serde(default)]
     pub continue_final_message: Option<bool>,
+    /// vLLM: when the last message is an assistant's, its content is returned in front of
+    /// the generated text (the whole message when continuing it).
+    #[serde(default)]
+    pub echo: Option<bool>,
     /// Every field not named directly above: `CommonParams`' and unknown ones; the unknown
     /// are refused unless inert (`INERT_FIELDS`).
     #[serde(flatten)]

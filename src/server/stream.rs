@@ -8,30 +8,45 @@ use crate::{Event, FinishReason, GeneratedToken, RequestHandle};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use super::error::ApiError;
+use super::response::{ErrorBody, Usage};
 
 /// How one endpoint renders its chunks.
 pub trait StreamFormat: Send + 'static {
+    type Chunk: Serialize + Send;
     /// Chunks sent before the first token (chat's role delta).
-    fn opening(&mut self) -> Vec<Value> {
+    fn opening(&mut self) -> Vec<Self::Chunk> {
         Vec::new()
     }
-    fn on_tokens(&mut self, tokens: &[GeneratedToken], text: &str) -> Vec<Value>;
+    fn on_tokens(&mut self, tokens: &[GeneratedToken], text: &str) -> Vec<Self::Chunk>;
     /// The closing chunk(s) carrying `finish_reason`.
-    fn on_finish(&mut self, reason: FinishReason) -> Vec<Value>;
+    fn on_finish(&mut self, reason: FinishReason) -> Vec<Self::Chunk>;
     /// The `choices: []` chunk carrying `usage` (`stream_options.include_usage`).
-    fn usage_chunk(&self, usage: Value) -> Value;
+    fn usage_chunk(&self, usage: Usage) -> Self::Chunk;
 }
 
-pub fn usage_json(prompt_tokens: usize, cached_tokens: usize, completion_tokens: usize) -> Value {
-    json!({
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-        "prompt_tokens_details": { "cached_tokens": cached_tokens },
-    })
+/// One `data:` payload: a chunk, or the error that ended the stream.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Payload<C> {
+    Chunk(C),
+    Error(ErrorBody),
+}
+
+impl<C: Serialize> Payload<C> {
+    fn event(&self) -> SseEvent {
+        match serde_json::to_string(self) {
+            Ok(json) => SseEvent::default().data(json),
+            // Not reachable with the response types (string keys, no fallible fields), but a
+            // stream must end with something a client can read rather than a panic.
+            Err(e) => SseEvent::default().data(
+                serde_json::to_string(&ApiError::internal(format!("cannot encode a chunk: {e}")).body())
+                    .unwrap_or_default(),
+            ),
+        }
+    }
 }
 
 struct SseState<F> {
@@ -43,12 +58,12 @@ struct SseState<F> {
 }
 
 impl<F: StreamFormat> SseState<F> {
-    async fn next_chunks(&mut self) -> Vec<Value> {
+    async fn next_chunks(&mut self) -> Vec<Payload<F::Chunk>> {
         if !self.opened {
             self.opened = true;
             let opening = self.format.opening();
             if !opening.is_empty() {
-                return opening;
+                return opening.into_iter().map(Payload::Chunk).collect();
             }
         }
         loop {
@@ -56,28 +71,29 @@ impl<F: StreamFormat> SseState<F> {
                 Some(Event::Tokens { tokens, text }) => {
                     let chunks = self.format.on_tokens(&tokens, &text);
                     if !chunks.is_empty() {
-                        return chunks;
+                        return chunks.into_iter().map(Payload::Chunk).collect();
                     }
                 }
                 Some(Event::Finished { reason, prompt_tokens, cached_tokens, completion_tokens, error, .. }) => {
                     self.done = true;
                     if reason == FinishReason::Error {
                         let message = error.unwrap_or_else(|| "generation failed".into());
-                        return vec![ApiError::internal(message).body()];
+                        return vec![Payload::Error(ApiError::internal(message).body())];
                     }
                     let mut chunks = self.format.on_finish(reason);
                     if self.include_usage {
-                        chunks.push(self.format.usage_chunk(usage_json(
+                        chunks.push(self.format.usage_chunk(Usage::new(
                             prompt_tokens,
                             cached_tokens,
                             completion_tokens,
                         )));
                     }
-                    return chunks;
+                    return chunks.into_iter().map(Payload::Chunk).collect();
                 }
                 None => {
                     self.done = true;
-                    return vec![ApiError::unavailable("the engine stopped before the request finished").body()];
+                    let error = ApiError::unavailable("the engine stopped before the request finished");
+                    return vec![Payload::Error(error.body())];
                 }
             }
         }
@@ -91,8 +107,7 @@ pub fn sse_response<F: StreamFormat>(handle: RequestHandle, format: F, include_u
         if state.done {
             return None;
         }
-        let mut events: Vec<SseEvent> =
-            state.next_chunks().await.into_iter().map(|c| SseEvent::default().data(c.to_string())).collect();
+        let mut events: Vec<SseEvent> = state.next_chunks().await.iter().map(Payload::event).collect();
         if state.done {
             events.push(SseEvent::default().data("[DONE]"));
         }

@@ -4,12 +4,12 @@
 use axum::extract::{Path, State};
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::chat_tools::chat_message;
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::protocol::MessageIn;
+use super::response::{DetokenizeResponse, ModelCard, TokenizeResponse, Widened};
 use super::state::AppState;
 use crate::{GenerationParams, Prompt};
 
@@ -41,7 +41,7 @@ pub struct DetokenizeRequest {
 pub async fn tokenize(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<TokenizeRequest>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TokenizeResponse>, ApiError> {
     state.check_model(req.model.as_deref())?;
     let engine = state.engine.clone();
     let ids = match (req.prompt, req.messages) {
@@ -62,45 +62,37 @@ pub async fn tokenize(
         }
         _ => return Err(ApiError::bad_request("send exactly one of `prompt` and `messages`")),
     };
-    let mut body = json!({
-        "count": ids.len(),
-        "max_model_len": engine.info().max_model_len,
-        "tokens": ids,
-        "token_strs": Value::Null,
-    });
-    if req.return_token_strs == Some(true) {
-        let strs: Vec<String> = ids.iter().map(|&id| engine.tokenizer().id_to_token(id).unwrap_or_default()).collect();
-        body["token_strs"] = json!(strs);
-    }
-    Ok(Json(body))
+    let token_strs = (req.return_token_strs == Some(true))
+        .then(|| ids.iter().map(|&id| engine.tokenizer().id_to_token(id).unwrap_or_default()).collect());
+    Ok(Json(TokenizeResponse { count: ids.len(), max_model_len: engine.info().max_model_len, tokens: ids, token_strs }))
 }
 
 pub async fn detokenize(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<DetokenizeRequest>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DetokenizeResponse>, ApiError> {
     state.check_model(req.model.as_deref())?;
     let vocab = state.engine.info().model_config.vocab_size;
     if let Some(bad) = req.tokens.iter().find(|&&id| id as usize >= vocab) {
         return Err(ApiError::invalid_param("tokens", format!("token id {bad} is outside the vocabulary of {vocab}")));
     }
     let text = state.engine.tokenizer().decode(&req.tokens, false).map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok(Json(json!({ "prompt": text })))
+    Ok(Json(DetokenizeResponse { prompt: text }))
 }
 
 /// The served model, as `GET /v1/models` lists it (the client's `models.retrieve`).
-pub fn model_card(state: &AppState) -> Value {
-    json!({
-        "id": state.model_id,
-        "object": "model",
-        "created": state.created,
-        "owned_by": "entrobatch",
-        "max_model_len": state.engine.info().max_model_len,
-        "generation_defaults": state.generation_defaults,
-    })
+pub fn model_card(state: &AppState) -> ModelCard {
+    ModelCard {
+        id: state.model_id.clone(),
+        object: "model",
+        created: state.created,
+        owned_by: "entrobatch",
+        max_model_len: state.engine.info().max_model_len,
+        generation_defaults: Widened(state.generation_defaults.clone()),
+    }
 }
 
-pub async fn model(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn model(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<ModelCard>, ApiError> {
     state.check_model(Some(&id))?;
     Ok(Json(model_card(&state)))
 }

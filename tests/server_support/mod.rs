@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use candle_core::quantized::gguf_file;
 use entrobatch::model_runner::testing::{write_tiny_gguf, TinyModelSpec};
 use entrobatch::server::{serve, ServerConfig};
 use entrobatch::{Engine, EngineConfig};
@@ -23,14 +24,24 @@ pub fn smollm2_path() -> PathBuf {
 
 /// A tiny random-weight model in a fresh temp dir.
 pub fn tiny_model(name: &str, context_length: usize) -> PathBuf {
+    write_tiny(name, &TinyModelSpec { context_length, ..TinyModelSpec::llama() })
+}
+
+/// A tiny model whose GGUF also carries `metadata` (a chat template, sampling
+/// recommendations), replacing generated keys of the same name.
+pub fn tiny_model_with(name: &str, metadata: Vec<(&str, gguf_file::Value)>) -> PathBuf {
+    let extra_metadata = metadata.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    write_tiny(name, &TinyModelSpec { extra_metadata, ..TinyModelSpec::llama() })
+}
+
+fn write_tiny(name: &str, spec: &TinyModelSpec) -> PathBuf {
     let dir = entrobatch::model_runner::testing::unique_test_path(
         env!("CARGO_TARGET_TMPDIR"),
         &format!("server-test-{name}"),
     );
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join(format!("{name}.gguf"));
-    let spec = TinyModelSpec { context_length, ..TinyModelSpec::llama() };
-    write_tiny_gguf(&path, &spec).expect("write tiny gguf");
+    write_tiny_gguf(&path, spec).expect("write tiny gguf");
     path
 }
 
