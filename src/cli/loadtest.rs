@@ -47,6 +47,9 @@ pub struct LoadTestArgs {
     /// The `model` field sent; default: left out (the server's model).
     #[arg(long)]
     pub model: Option<String>,
+    /// Send `X-Session-Id: s{i % N}` with request i (for a balancer with session affinity).
+    #[arg(long)]
+    pub sessions: Option<usize>,
     #[arg(long)]
     pub no_progress: bool,
 }
@@ -70,6 +73,7 @@ pub fn run(args: LoadTestArgs) -> Result<()> {
         slo,
         seed: args.seed,
         model: args.model.clone(),
+        sessions: args.sessions,
         progress: !args.no_progress,
     };
     // Refuse a non-loopback target before starting anything.

@@ -30,17 +30,25 @@ pub struct RequestOutcome {
     pub error: Option<String>,
 }
 
-/// POSTs `body` and reads the SSE stream to its end.
-pub async fn stream_request(target: &Target, route: &str, body: &Value, out: &mut RequestOutcome) -> Result<()> {
+/// POSTs `body` (with `X-Session-Id: session` when given) and reads the SSE stream to its end.
+pub async fn stream_request(
+    target: &Target,
+    route: &str,
+    body: &Value,
+    session: Option<&str>,
+    out: &mut RequestOutcome,
+) -> Result<()> {
     let started = Instant::now();
     let stream = TcpStream::connect(target.addr).await.with_context(|| format!("connect {}", target.addr))?;
     stream.set_nodelay(true)?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     let conn = tokio::spawn(conn);
-    let request = hyper::Request::post(target.path(route))
-        .header(HOST, &target.host)
-        .header(CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))?;
+    let mut request =
+        hyper::Request::post(target.path(route)).header(HOST, &target.host).header(CONTENT_TYPE, "application/json");
+    if let Some(session) = session {
+        request = request.header("x-session-id", session);
+    }
+    let request = request.body(Full::new(Bytes::from(body.to_string())))?;
     let response = sender.send_request(request).await?;
     let status = response.status();
     let mut body = response.into_body();

@@ -47,6 +47,9 @@ pub struct LoadTestConfig {
     pub seed: u64,
     /// `model` field of the requests; `None` leaves it out (the server's own model).
     pub model: Option<String>,
+    /// Request `i` carries `X-Session-Id: s{i % n}`, as a client of a balancer that hashes on
+    /// sessions would; `None` sends no such header.
+    pub sessions: Option<usize>,
     pub progress: bool,
 }
 
@@ -63,6 +66,7 @@ impl LoadTestConfig {
             slo: Slo::default(),
             seed: 0,
             model: None,
+            sessions: None,
             progress: false,
         }
     }
@@ -127,12 +131,15 @@ pub async fn run(config: &LoadTestConfig) -> Result<LoadTestReport> {
             break;
         };
         let body = request_body(config, index);
+        let session = config.sessions.filter(|&n| n > 0).map(|n| format!("s{}", index % n));
         let (target, bar, expected) = (target.clone(), bar.clone(), config.output_len);
         tasks.spawn(async move {
             let mut out = RequestOutcome { index, start: start.elapsed().as_secs_f64(), ..Default::default() };
-            let result =
-                tokio::time::timeout_at(deadline, client::stream_request(&target, "/v1/completions", &body, &mut out))
-                    .await;
+            let result = tokio::time::timeout_at(
+                deadline,
+                client::stream_request(&target, "/v1/completions", &body, session.as_deref(), &mut out),
+            )
+            .await;
             out.error = match result {
                 Err(_) => Some(CUT_OFF.into()),
                 Ok(Err(e)) => Some(format!("{e:#}")),
