@@ -13,12 +13,15 @@ use server_support::{engine_config, read_response, request_with_headers, send, t
 
 #[test]
 fn health_and_ready_answer_and_request_ids_are_echoed() {
-    let server = TestServer::start(engine_config(tiny_model("probes", 512)));
+    let mut config = engine_config(tiny_model("probes", 512));
+    // What `entrobatch serve` sets when `--max-queue` is not given.
+    let bound = config.serving_max_queued_requests();
+    assert_eq!(bound, 2 * EngineConfig::new("m").max_num_seqs);
+    config.max_queued_requests = Some(bound);
+    let server = TestServer::start(config);
     assert_eq!(server.get("/health").status, 200);
     let ready = server.get("/ready");
     assert_eq!(ready.status, 200, "{}", ready.text());
-    // The default bound: 2 in flight per running sequence.
-    let bound = 2 * EngineConfig::new("m").max_num_seqs as u64;
     assert_eq!(ready.json()["max_in_flight"], json!(bound));
 
     let echoed = request_with_headers(server.addr, "GET", "/v1/models", &[("X-Request-Id", "lb-7f3a/turn-2")]);

@@ -26,8 +26,9 @@ pub struct EngineConfig {
     pub kv_cache_dtype: Option<KvDtype>,
     /// `CandleMirror` makes results bit-comparable with candle-transformers' models (tests).
     pub attention_kernel: AttentionKernel,
-    /// Requests admitted but not yet finished beyond which `submit` answers `QueueFull`;
-    /// `None`: `max_queued_requests()`'s default.
+    /// Requests admitted but not yet finished beyond which `submit` answers `QueueFull`; `None`:
+    /// no bound, since an embedder paces its own submissions (an offline batch of thousands is
+    /// normal). `entrobatch serve` always sets one (`serving_max_queued_requests`).
     pub max_queued_requests: Option<usize>,
     /// Test-only faults (tests/faults.rs; feature `faults`, never in a release build).
     #[cfg(feature = "faults")]
@@ -37,10 +38,8 @@ pub struct EngineConfig {
 
 impl EngineConfig {
     pub const DEFAULT_KV_CACHE_BYTES: usize = 1 << 30;
-    /// In-flight requests per running sequence by default: a bound on the waiting queue, so
-    /// that past saturation new requests get a fast refusal (with `Retry-After` over HTTP)
-    /// instead of a wait that grows without end and ends in client timeouts.
-    pub const DEFAULT_QUEUED_PER_SEQ: usize = 2;
+    /// In-flight requests per running sequence that `serving_max_queued_requests` allows.
+    pub const SERVING_QUEUED_PER_SEQ: usize = 2;
 
     /// The scheduler's limits default as `SchedulerConfig::default()` says; the KV pool's size
     /// and the context limit follow from memory and the model at start.
@@ -65,10 +64,12 @@ impl EngineConfig {
         }
     }
 
-    /// The in-flight bound in force: the configured one, else `DEFAULT_QUEUED_PER_SEQ` times
-    /// `max_num_seqs` (128 with the default limits, TGI's default `max_concurrent_requests`).
-    pub fn max_queued_requests(&self) -> usize {
-        self.max_queued_requests.unwrap_or(self.max_num_seqs.saturating_mul(Self::DEFAULT_QUEUED_PER_SEQ))
+    /// The server's default bound: HTTP clients do not pace themselves, and past saturation a
+    /// fast refusal (429 with `Retry-After`) serves them better than a wait that grows without
+    /// end and ends in client timeouts. 2 x `max_num_seqs`: 128 with the default limits, TGI's
+    /// default `max_concurrent_requests`.
+    pub fn serving_max_queued_requests(&self) -> usize {
+        self.max_num_seqs.saturating_mul(Self::SERVING_QUEUED_PER_SEQ)
     }
 
     /// The KV cache's value type: the configured one, else f16 for a GGUF model under the int8

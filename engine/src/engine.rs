@@ -127,7 +127,7 @@ impl Engine {
             max_num_seqs = config.max_num_seqs,
             max_num_batched_tokens = config.max_num_batched_tokens,
             max_prefill_tokens_with_decodes = config.max_prefill_tokens_with_decodes,
-            max_queued_requests = config.max_queued_requests(),
+            max_queued_requests = ?config.max_queued_requests,
             "engine started"
         );
         Ok(Self {
@@ -147,7 +147,7 @@ impl Engine {
                 kv_cache_dtype: kv_dtype,
             },
             next_id: AtomicU64::new(1),
-            max_queued_requests: config.max_queued_requests(),
+            max_queued_requests: config.max_queued_requests.unwrap_or(usize::MAX),
             limits,
             structured: OnceLock::new(),
         })
@@ -267,9 +267,9 @@ impl Engine {
         self.metrics.in_flight.load(Ordering::SeqCst)
     }
 
-    /// The in-flight bound beyond which `submit` answers `QueueFull`.
-    pub fn max_queued_requests(&self) -> usize {
-        self.max_queued_requests
+    /// The in-flight bound beyond which `submit` answers `QueueFull`; `None`: unbounded.
+    pub fn max_queued_requests(&self) -> Option<usize> {
+        (self.max_queued_requests != usize::MAX).then_some(self.max_queued_requests)
     }
 
     /// Stops the loop thread; safe to call more than once.

@@ -73,10 +73,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let generation_defaults = GenerationDefaults::resolve(args.generation_config, &model, &overrides)
         .context("cannot read the model's recommended sampling (--generation-config auto)")?;
     let mut config = EngineConfig::new(model);
-    config.max_queued_requests = args.max_queue;
     config.max_num_seqs = args.max_num_seqs;
     config.max_num_batched_tokens = args.max_num_batched_tokens;
     config.max_prefill_tokens_with_decodes = args.max_prefill_tokens_with_decodes;
+    config.max_queued_requests = Some(args.max_queue.unwrap_or_else(|| config.serving_max_queued_requests()));
     config.max_model_len = args.max_model_len;
     config.kv_cache_bytes = args.kv_cache_mb << 20;
     config.kv_cache_dtype = args.kv_cache_dtype;

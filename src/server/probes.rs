@@ -21,10 +21,10 @@ pub async fn ready(State(state): State<AppState>) -> Response {
     if state.is_draining() {
         return ApiError::unavailable("the server is shutting down").with_retry_after(1).into_response();
     }
-    let (in_flight, bound) = (state.engine.in_flight(), state.engine.max_queued_requests() as u64);
-    if in_flight >= bound {
+    let (in_flight, bound) = (state.engine.in_flight(), state.engine.max_queued_requests().map(|b| b as u64));
+    if let Some(bound) = bound.filter(|&b| in_flight >= b) {
         let message = format!("at capacity: {in_flight} requests in flight (bound {bound})");
         return ApiError::unavailable(message).with_retry_after(1).into_response();
     }
-    Json(Health { status: "ready", in_flight: Some(in_flight), max_in_flight: Some(bound) }).into_response()
+    Json(Health { status: "ready", in_flight: Some(in_flight), max_in_flight: bound }).into_response()
 }

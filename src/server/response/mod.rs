@@ -134,7 +134,7 @@ pub struct DetokenizeResponse {
     pub prompt: String,
 }
 
-/// `/health` and `/ready`; the bound fields only on `/ready`.
+/// `/health` and `/ready`; the load fields only on `/ready`, the bound only when there is one.
 #[derive(Debug, Serialize)]
 pub struct Health {
     pub status: &'static str,
