@@ -59,6 +59,9 @@ pub fn run(args: LoadTestArgs) -> Result<()> {
     if !(args.duration_limit.is_finite() && args.duration_limit > 0.0) {
         bail!("--duration-limit must be a positive number of seconds");
     }
+    if args.sessions == Some(0) {
+        bail!("--sessions must be at least 1 (leave it out to send no X-Session-Id)");
+    }
     if args.plot.is_some() && args.sweep.is_empty() {
         bail!("--plot draws a --sweep; pass --sweep R1,R2,...");
     }
