@@ -1,11 +1,14 @@
 //! Two replicas behind HAProxy (deploy/haproxy/haproxy.cfg) through a rolling restart of one:
-//! `scripts/cluster-check` loads them through the balancer, SIGTERMs replica 1 half way, starts
-//! it again, and fails unless every request completed and both replicas served some.
+//! `scripts/cluster-check` loads them through the balancer, SIGTERMs replica 1 half way (with a
+//! burst of requests that HAProxy must replay on replica 2), starts it again, then runs
+//! multi-turn conversations with session affinity and with round robin. It fails unless every
+//! request completed, both replicas served some, and affinity's prefix-cache hit rate (from
+//! both replicas' /metrics) is well above round robin's.
 
 use std::process::Command;
 
 #[test]
-fn a_rolling_restart_behind_haproxy_loses_no_request() {
+fn a_rolling_restart_behind_haproxy_loses_no_request_and_affinity_keeps_prefixes_cached() {
     let haproxy = Command::new("haproxy").arg("-v").output().is_ok_and(|o| o.status.success());
     if !haproxy {
         eprintln!("skipped: haproxy is not installed (apt-get install haproxy; scripts/test tries)");

@@ -67,6 +67,39 @@ fn bounded_load_test_loses_nothing() {
 }
 
 #[test]
+fn multi_turn_conversations_resend_their_history_and_hit_the_prefix_cache() {
+    let server = TestServer::start(engine_config(smollm2_path()));
+    let mut config = LoadTestConfig::new(server.base_url(), 9);
+    config.turns = 3;
+    config.rate = Some(50.0);
+    config.prompt_len = 24;
+    config.output_len = 6;
+    config.duration_limit = Duration::from_secs(240);
+    let report = runtime().block_on(loadtest::run(&config)).expect("load test runs");
+    let s = &report.summary;
+    assert_eq!((s.requests, s.completed, s.errors, s.lost), (9, 9, 0, 0), "{:?}", s.error_reasons);
+    let mut resent_prefix = 0.0;
+    for conversation in report.outcomes.chunks(3) {
+        for pair in conversation.windows(2) {
+            // Turn k+1 carries turn k's prompt, its 6-token reply and a new 24-word message.
+            let (before, after) = (&pair[0], &pair[1]);
+            assert!(after.start >= before.start + before.e2el, "turns overlap: {before:?} {after:?}");
+            assert!(
+                after.prompt_tokens >= before.prompt_tokens + 6 + 24,
+                "the history was not resent: {} then {} prompt tokens",
+                before.prompt_tokens,
+                after.prompt_tokens
+            );
+            resent_prefix += before.prompt_tokens.saturating_sub(16) as f64;
+        }
+    }
+    // Every later turn finds at least the previous turn's prompt (less a partial block) cached.
+    let hits = server.metric("entrobatch_prefix_cache_hits_total");
+    assert!(hits >= resent_prefix, "{hits} prompt tokens from the cache, expected at least {resent_prefix}");
+    assert!(hits < server.metric("entrobatch_prefix_cache_queries_total"));
+}
+
+#[test]
 fn sweep_draws_throughput_and_ttft_against_rate() {
     let server = TestServer::start(engine_config(server_support::tiny_model("sweep", 512)));
     let mut config = LoadTestConfig::new(server.base_url(), 6);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use entrobatch::loadtest::{self, LoadTestConfig, LoadTestReport, Slo};
+use entrobatch::loadtest::{self, Lengths, LoadTestConfig, LoadTestReport, Slo};
 
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("traffic").required(true).multiple(true).args(["rate", "concurrency", "sweep"])))]
@@ -27,6 +27,15 @@ pub struct LoadTestArgs {
     /// Output tokens per request (sent with ignore_eos).
     #[arg(long, default_value_t = 32)]
     pub output_len: usize,
+    /// Vary lengths: draw each prompt and output length from a log-normal whose medians are
+    /// --prompt-len and --output-len and whose ln has this standard deviation (ShareGPT's
+    /// lengths are close to 1.0). Default: fixed lengths.
+    #[arg(long)]
+    pub length_sigma: Option<f64>,
+    /// Multi-turn chat: each session sends this many /v1/chat/completions turns, one after
+    /// the other, each resending the conversation so far (with X-Session-Id per conversation).
+    #[arg(long, default_value_t = 1)]
+    pub turns: usize,
     /// Seconds after which nothing more is sent and running requests are cut off.
     #[arg(long, default_value_t = 300.0)]
     pub duration_limit: f64,
@@ -62,6 +71,9 @@ pub fn run(args: LoadTestArgs) -> Result<()> {
     if args.sessions == Some(0) {
         bail!("--sessions must be at least 1 (leave it out to send no X-Session-Id)");
     }
+    if args.sessions.is_some() && args.turns > 1 {
+        bail!("--sessions applies to single-turn requests; with --turns each conversation is its own session");
+    }
     if args.plot.is_some() && args.sweep.is_empty() {
         bail!("--plot draws a --sweep; pass --sweep R1,R2,...");
     }
@@ -72,6 +84,8 @@ pub fn run(args: LoadTestArgs) -> Result<()> {
         concurrency: args.concurrency,
         prompt_len: args.prompt_len,
         output_len: args.output_len,
+        lengths: args.length_sigma.map_or(Lengths::Fixed, |sigma| Lengths::LogNormal { sigma }),
+        turns: args.turns,
         duration_limit: Duration::from_secs_f64(args.duration_limit),
         slo,
         seed: args.seed,

@@ -28,6 +28,9 @@ pub struct RequestOutcome {
     pub output_tokens: usize,
     /// Set when the request failed or its response was incomplete.
     pub error: Option<String>,
+    /// The generated text (a conversation's next turn resends it); not in the report.
+    #[serde(skip)]
+    pub text: String,
 }
 
 /// POSTs `body` (with `X-Session-Id: session` when given) and reads the SSE stream to its end.
@@ -81,8 +84,13 @@ pub async fn stream_request(
                 usage_tokens = usage["completion_tokens"].as_u64().map(|n| n as usize);
                 out.prompt_tokens = usage["prompt_tokens"].as_u64().unwrap_or(0) as usize;
             }
-            let is_token_chunk =
-                chunk["choices"].as_array().and_then(|c| c.first()).is_some_and(|c| c["finish_reason"].is_null());
+            let Some(choice) = chunk["choices"].as_array().and_then(|c| c.first()) else { continue };
+            // A completion chunk carries `text`; a chat chunk `delta.content`, and chat's first
+            // chunk (the role alone) is not a token.
+            let text = choice["text"].as_str().or_else(|| choice["delta"]["content"].as_str());
+            let is_token_chunk = choice["finish_reason"].is_null()
+                && (choice.get("text").is_some() || text.is_some_and(|t| !t.is_empty()));
+            out.text.push_str(text.unwrap_or_default());
             if is_token_chunk {
                 token_chunks += 1;
                 match last_token {

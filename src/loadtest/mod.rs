@@ -1,15 +1,17 @@
 //! `entrobatch loadtest`: drives a running server (loopback only) with streamed completion
-//! requests, Poisson arrivals or a fixed concurrency, bounded in count and in time, and
-//! reports vLLM's serving metrics. Every request ends as completed (exactly `output_len`
+//! requests or multi-turn chat conversations, Poisson arrivals or a fixed concurrency, bounded
+//! in count and in time, and reports vLLM's serving metrics. Every request ends as completed (exactly `output_len`
 //! tokens, `[DONE]` seen) or as an error with its reason; anything else is "lost".
 
 mod arrivals;
 mod client;
+mod driver;
 #[cfg(feature = "plots")]
 mod plot;
 mod report;
 mod stats;
 mod target;
+mod workload;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +19,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
-use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -28,6 +29,7 @@ pub use plot::draw_sweep;
 pub use report::print_report;
 pub use stats::{percentile, summarize, Distribution, Slo, Summary};
 pub use target::Target;
+pub use workload::Lengths;
 
 #[derive(Clone, Debug)]
 pub struct LoadTestConfig {
@@ -41,14 +43,20 @@ pub struct LoadTestConfig {
     pub prompt_len: usize,
     /// Tokens each request must return (sent with `ignore_eos`).
     pub output_len: usize,
+    /// Fixed lengths, or log-normal around `prompt_len` and `output_len` as medians.
+    pub lengths: Lengths,
+    /// 1: independent completion requests. More: chat conversations of this many turns, each
+    /// turn sent when the previous one ended and resending the whole conversation so far.
+    pub turns: usize,
     /// Nothing is sent after this, and requests still running are cut off (as errors).
     pub duration_limit: Duration,
     pub slo: Slo,
     pub seed: u64,
     /// `model` field of the requests; `None` leaves it out (the server's own model).
     pub model: Option<String>,
-    /// Request `i` carries `X-Session-Id: s{i % n}`, as a client of a balancer that hashes on
-    /// sessions would; `None` sends no such header.
+    /// Single-turn request `i` carries `X-Session-Id: s{i % n}`, as a client of a balancer that
+    /// hashes on sessions would; `None` sends no such header. (A conversation of several turns
+    /// is always its own session.)
     pub sessions: Option<usize>,
     pub progress: bool,
 }
@@ -62,6 +70,8 @@ impl LoadTestConfig {
             concurrency: None,
             prompt_len: 32,
             output_len: 32,
+            lengths: Lengths::Fixed,
+            turns: 1,
             duration_limit: Duration::from_secs(300),
             slo: Slo::default(),
             seed: 0,
@@ -79,18 +89,16 @@ pub struct LoadTestReport {
     pub concurrency: Option<usize>,
     pub prompt_len: usize,
     pub output_len: usize,
+    pub turns: usize,
     pub summary: Summary,
     pub outcomes: Vec<RequestOutcome>,
 }
 
-use stats::NOT_SENT;
-const CUT_OFF: &str = "time limit reached before the response ended";
-
 pub async fn run(config: &LoadTestConfig) -> Result<LoadTestReport> {
     // The target is checked before anything else: a refused host gets no traffic at all.
     let target = Arc::new(Target::parse(&config.url)?);
-    if config.requests == 0 || config.output_len == 0 {
-        bail!("--requests and --output-len must be at least 1");
+    if config.requests == 0 || config.output_len == 0 || config.turns == 0 {
+        bail!("--requests, --output-len and --turns must be at least 1");
     }
     if let Some(rate) = config.rate {
         if rate.is_nan() || rate <= 0.0 {
@@ -100,6 +108,11 @@ pub async fn run(config: &LoadTestConfig) -> Result<LoadTestReport> {
     if config.concurrency == Some(0) {
         bail!("--concurrency must be at least 1");
     }
+    if let Lengths::LogNormal { sigma } = config.lengths {
+        if !(sigma.is_finite() && sigma > 0.0) {
+            bail!("the log-normal spread must be positive, got {sigma}");
+        }
+    }
     tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(target.addr))
         .await
         .map_err(|_| anyhow::anyhow!("timed out"))
@@ -107,56 +120,42 @@ pub async fn run(config: &LoadTestConfig) -> Result<LoadTestReport> {
         .with_context(|| format!("cannot reach the server at {}", config.url))?;
 
     let n = config.requests;
-    let arrivals = poisson_arrivals(n, config.rate.unwrap_or(f64::INFINITY), config.seed);
-    let permits = Arc::new(Semaphore::new(config.concurrency.unwrap_or(n)));
+    let conversations = workload::plan(
+        n,
+        config.turns,
+        config.prompt_len,
+        config.output_len,
+        config.lengths,
+        config.sessions,
+        config.seed,
+    );
+    // Conversations start as a Poisson process; with several turns each, at rate / turns, so
+    // that requests arrive at about `rate` while the server keeps up.
+    let rate = config.rate.map_or(f64::INFINITY, |r| r / config.turns as f64);
+    let arrivals = poisson_arrivals(conversations.len(), rate, config.seed);
     let bar = progress_bar(n, config.progress);
     let start = Instant::now();
-    let deadline = tokio::time::Instant::from_std(start + config.duration_limit);
+    let run = Arc::new(driver::Run {
+        target,
+        model: config.model.clone(),
+        start,
+        deadline: tokio::time::Instant::from_std(start + config.duration_limit),
+        permits: Arc::new(Semaphore::new(config.concurrency.unwrap_or(n))),
+        bar: bar.clone(),
+    });
     let mut tasks = JoinSet::new();
     let mut outcomes = Vec::with_capacity(n);
-    for (index, &at) in arrivals.iter().enumerate() {
+    for (conversation, &at) in conversations.into_iter().zip(&arrivals) {
         let send_at = tokio::time::Instant::from_std(start + Duration::from_secs_f64(at));
-        let permit = if send_at >= deadline {
-            None
-        } else {
+        if send_at < run.deadline {
             tokio::time::sleep_until(send_at).await;
-            tokio::time::timeout_at(deadline, permits.clone().acquire_owned()).await.ok().and_then(Result::ok)
-        };
-        let Some(permit) = permit else {
-            // Every request from here on would start after the limit.
-            for index in index..n {
-                outcomes.push(RequestOutcome { index, error: Some(NOT_SENT.into()), ..Default::default() });
-                bar.inc(1);
-            }
-            break;
-        };
-        let body = request_body(config, index);
-        let session = config.sessions.filter(|&n| n > 0).map(|n| format!("s{}", index % n));
-        let (target, bar, expected) = (target.clone(), bar.clone(), config.output_len);
-        tasks.spawn(async move {
-            let mut out = RequestOutcome { index, start: start.elapsed().as_secs_f64(), ..Default::default() };
-            let result = tokio::time::timeout_at(
-                deadline,
-                client::stream_request(&target, "/v1/completions", &body, session.as_deref(), &mut out),
-            )
-            .await;
-            out.error = match result {
-                Err(_) => Some(CUT_OFF.into()),
-                Ok(Err(e)) => Some(format!("{e:#}")),
-                Ok(Ok(())) if out.output_tokens != expected => {
-                    Some(format!("incomplete response: {} tokens, expected {expected}", out.output_tokens))
-                }
-                Ok(Ok(())) => None,
-            };
-            drop(permit);
-            bar.inc(1);
-            out
-        });
+        }
+        tasks.spawn(driver::drive(run.clone(), conversation, send_at));
     }
     while let Some(joined) = tasks.join_next().await {
         // A panicked task is the one way a request can be lost; it stays uncounted.
-        if let Ok(outcome) = joined {
-            outcomes.push(outcome);
+        if let Ok(done) = joined {
+            outcomes.extend(done);
         }
     }
     let duration = start.elapsed().as_secs_f64();
@@ -168,6 +167,7 @@ pub async fn run(config: &LoadTestConfig) -> Result<LoadTestReport> {
         concurrency: config.concurrency,
         prompt_len: config.prompt_len,
         output_len: config.output_len,
+        turns: config.turns,
         summary: summarize(n, &outcomes, duration, &config.slo),
         outcomes,
     })
@@ -181,21 +181,6 @@ pub async fn sweep(config: &LoadTestConfig, rates: &[f64]) -> Result<Vec<LoadTes
         reports.push(run(&run_config).await.with_context(|| format!("sweep at rate {rate}"))?);
     }
     Ok(reports)
-}
-
-fn request_body(config: &LoadTestConfig, index: usize) -> serde_json::Value {
-    let mut body = json!({
-        "prompt": synthetic_prompt(config.prompt_len, config.seed, index),
-        "max_tokens": config.output_len,
-        "temperature": 0.0,
-        "ignore_eos": true,
-        "stream": true,
-        "stream_options": { "include_usage": true },
-    });
-    if let Some(model) = &config.model {
-        body["model"] = json!(model);
-    }
-    body
 }
 
 fn progress_bar(n: usize, visible: bool) -> ProgressBar {

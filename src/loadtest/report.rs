@@ -16,6 +16,9 @@ pub fn print_report(report: &LoadTestReport, out: &mut impl Write) -> std::io::R
     writeln!(out, "============ Serving Benchmark Result ============")?;
     row(out, "Target", &report.url)?;
     row(out, "Traffic", &mode)?;
+    if report.turns > 1 {
+        row(out, "Chat turns per conversation", report.turns)?;
+    }
     row(out, "Requests", s.requests)?;
     row(out, "Successful requests", s.completed)?;
     row(out, "Failed requests", s.errors)?;
