@@ -208,6 +208,11 @@ impl EngineLoop {
         if batch.num_rows() == 0 {
             return;
         }
+        for span in &spans {
+            if let Some(state) = self.requests.get_mut(&span.seq_id) {
+                state.times.on_scheduled(started);
+            }
+        }
         let output = catch_unwind(AssertUnwindSafe(|| self.forward(&batch)));
         let output: ForwardOutput = match output {
             Ok(Ok(out)) => out,
@@ -353,6 +358,8 @@ impl EngineLoop {
                 self.metrics.record_grammar_masks(constraint.mask_stats());
             }
             self.metrics.requests_finished[reason.index()].fetch_add(1, Ordering::Relaxed);
+            let generated = counts.completion_tokens;
+            self.metrics.requests.observe_finished(&state.times, Instant::now(), state.num_prompt_tokens, generated);
             self.metrics.release_in_flight();
             // Whoever sees the final event may read the gauges: they must already show the
             // blocks freed (a few atomic stores).

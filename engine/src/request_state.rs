@@ -6,6 +6,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::detokenizer::Detokenizer;
 use crate::event::{Event, FinishReason, GeneratedToken};
+use crate::metrics::{RequestTimes, TokenTiming};
 use crate::request::GenerationParams;
 use crate::stop_checker::{StopChecker, StopOutcome};
 use crate::strategy::SequenceStrategy;
@@ -20,8 +21,7 @@ pub struct RequestState {
     pub params: GenerationParams,
     pub seed: u64,
     pub num_prompt_tokens: usize,
-    pub submitted_at: Instant,
-    last_token_at: Option<Instant>,
+    pub times: RequestTimes,
     sender: UnboundedSender<Event>,
     detokenizer: Detokenizer,
     stop_checker: StopChecker,
@@ -42,12 +42,6 @@ impl SequenceCounts {
     }
 }
 
-/// Latencies of one appended token, for the metrics histograms.
-pub struct TokenTiming {
-    pub time_to_first_token: Option<f64>,
-    pub inter_token_latency: Option<f64>,
-}
-
 impl RequestState {
     pub fn new(
         params: GenerationParams,
@@ -64,8 +58,7 @@ impl RequestState {
             params,
             seed,
             num_prompt_tokens,
-            submitted_at: Instant::now(),
-            last_token_at: None,
+            times: RequestTimes::new(Instant::now()),
             sender,
             detokenizer: Detokenizer::new(),
             stop_checker,
@@ -86,12 +79,7 @@ impl RequestState {
         tokenizer: &GgufTokenizer,
         grammar_complete: bool,
     ) -> (Option<FinishReason>, TokenTiming) {
-        let now = Instant::now();
-        let timing = TokenTiming {
-            time_to_first_token: self.last_token_at.is_none().then(|| (now - self.submitted_at).as_secs_f64()),
-            inter_token_latency: self.last_token_at.map(|t| (now - t).as_secs_f64()),
-        };
-        self.last_token_at = Some(now);
+        let timing = self.times.on_token(Instant::now());
         let id = token.token_id;
         let is_eos = !self.params.ignore_eos && self.eos_token_ids.contains(&id);
         let is_stop_id = self.params.stop_token_ids.contains(&id);

@@ -110,11 +110,13 @@ impl TestServer {
     }
 
     /// The value of one series on `/metrics`, e.g. `entrobatch_kv_blocks_used` or
-    /// `entrobatch_requests_total{outcome="abort"}`.
+    /// `entrobatch_requests_total{outcome="abort"}`, written without the `model_name` label
+    /// that every series carries.
     pub fn metric(&self, series: &str) -> f64 {
         let text = self.get("/metrics").text();
         text.lines()
-            .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+            .map(without_model_name)
+            .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')).map(str::to_string))
             .unwrap_or_else(|| panic!("series {series} not on /metrics:\n{text}"))
             .trim()
             .parse()
@@ -132,6 +134,23 @@ impl TestServer {
             assert!(start.elapsed() < timeout, "{series} stayed at {now}, expected {value}");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// A `/metrics` sample line with its leading `model_name` label removed.
+pub fn without_model_name(line: &str) -> String {
+    let Some(open) = line.find("{model_name=\"") else { return line.to_string() };
+    let value_start = open + "{model_name=\"".len();
+    // The value's end: the first quote not escaped by a backslash.
+    let mut end = value_start;
+    let bytes = line.as_bytes();
+    while end < bytes.len() && !(bytes[end] == b'"' && bytes[end - 1] != b'\\') {
+        end += 1;
+    }
+    let rest = &line[(end + 1).min(line.len())..];
+    match rest.strip_prefix(',') {
+        Some(labels) => format!("{}{{{labels}", &line[..open]),
+        None => format!("{}{}", &line[..open], rest.strip_prefix('}').unwrap_or(rest)),
     }
 }
 

@@ -1,64 +1,17 @@
+//! The engine's series on `/metrics`: vLLM's set under the `entrobatch_` prefix with vLLM's
+//! meanings and units (so a vLLM dashboard works after a rename), and the strategies' own.
+
+mod histogram;
+mod request_metrics;
+mod wedlm;
+
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
-
-/// A Prometheus-style cumulative histogram with fixed buckets (seconds).
-pub struct Histogram {
-    bounds: &'static [f64],
-    inner: Mutex<HistogramInner>,
-}
-
-#[derive(Default, Clone)]
-struct HistogramInner {
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
-}
-
-const LATENCY_BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
-
-impl Histogram {
-    fn with_bounds(bounds: &'static [f64]) -> Self {
-        Self { bounds, inner: Mutex::new(HistogramInner { counts: vec![0; bounds.len()], ..Default::default() }) }
-    }
-
-    fn latency() -> Self {
-        Self {
-            bounds: LATENCY_BUCKETS,
-            inner: Mutex::new(HistogramInner { counts: vec![0; LATENCY_BUCKETS.len()], ..Default::default() }),
-        }
-    }
-
-    pub fn observe(&self, value: f64) {
-        let mut inner = self.inner.lock();
-        if let Some(i) = self.bounds.iter().position(|&b| value <= b) {
-            inner.counts[i] += 1;
-        }
-        inner.sum += value;
-        inner.count += 1;
-    }
-
-    pub fn count(&self) -> u64 {
-        self.inner.lock().count
-    }
-
-    pub fn sum(&self) -> f64 {
-        self.inner.lock().sum
-    }
-
-    fn render(&self, name: &str, help: &str, out: &mut String) {
-        let inner = self.inner.lock().clone();
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        let mut cumulative = 0;
-        for (bound, count) in self.bounds.iter().zip(&inner.counts) {
-            cumulative += count;
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
-        }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", inner.count);
-        let _ = writeln!(out, "{name}_sum {}\n{name}_count {}", inner.sum, inner.count);
-    }
-}
+pub use histogram::Histogram;
+use histogram::{STEP_BUCKETS, TOKEN_GAP_BUCKETS, TTFT_BUCKETS};
+pub use request_metrics::{RequestMetrics, RequestTimes, TokenTiming};
+pub use wedlm::WedlmMetrics;
 
 /// Counters and gauges the engine loop updates and `/metrics` renders.
 pub struct EngineMetrics {
@@ -88,6 +41,7 @@ pub struct EngineMetrics {
     pub grammar_masks: AtomicU64,
     pub grammar_mask_nanos: AtomicU64,
     pub wedlm: WedlmMetrics,
+    pub requests: RequestMetrics,
     pub time_to_first_token: Histogram,
     pub inter_token_latency: Histogram,
     pub step_duration: Histogram,
@@ -116,9 +70,10 @@ impl Default for EngineMetrics {
             mti_triggered_tokens: AtomicU64::new(0),
             forward_rows: AtomicU64::new(0),
             wedlm: WedlmMetrics::default(),
-            time_to_first_token: Histogram::latency(),
-            inter_token_latency: Histogram::latency(),
-            step_duration: Histogram::latency(),
+            requests: RequestMetrics::default(),
+            time_to_first_token: Histogram::with_bounds(TTFT_BUCKETS),
+            inter_token_latency: Histogram::with_bounds(TOKEN_GAP_BUCKETS),
+            step_duration: Histogram::with_bounds(STEP_BUCKETS),
         }
     }
 }
@@ -177,13 +132,19 @@ impl EngineMetrics {
             let _ = writeln!(out, "entrobatch_requests_total{{outcome=\"{}\"}} {}", reason.as_str(), g(c));
         }
         let _ = writeln!(out, "entrobatch_requests_total{{outcome=\"rejected\"}} {}", g(&self.requests_rejected));
+        // vLLM's name for the same counts (every finished request, by why it finished).
+        let name = "entrobatch_request_success_total";
+        let _ = writeln!(out, "# HELP {name} Finished requests by finish reason.\n# TYPE {name} counter");
+        for (reason, c) in crate::FinishReason::ALL.iter().zip(&self.requests_finished) {
+            let _ = writeln!(out, "{name}{{finished_reason=\"{}\"}} {}", reason.as_str(), g(c));
+        }
         let scalars: [(&str, &str, &str, &AtomicU64); 12] = [
             ("entrobatch_num_requests_in_flight", "gauge", "Requests submitted and not yet finished.", &self.in_flight),
             ("entrobatch_num_requests_running", "gauge", "Sequences in the running set.", &self.running),
             ("entrobatch_num_requests_waiting", "gauge", "Sequences waiting for admission.", &self.waiting),
             ("entrobatch_kv_blocks_used", "gauge", "KV cache blocks in use.", &self.kv_blocks_used),
             ("entrobatch_kv_blocks_total", "gauge", "KV cache blocks in the pool.", &self.kv_blocks_total),
-            ("entrobatch_preemptions_total", "counter", "Sequences preempted by recompute.", &self.preemptions),
+            ("entrobatch_num_preemptions_total", "counter", "Sequences preempted by recompute.", &self.preemptions),
             (
                 "entrobatch_prefix_cache_queries_total",
                 "counter",
@@ -204,6 +165,11 @@ impl EngineMetrics {
         for (name, kind, help, c) in scalars {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}", g(c));
         }
+        let (used, total) = (g(&self.kv_blocks_used), g(&self.kv_blocks_total));
+        let usage = if total > 0 { used as f64 / total as f64 } else { 0.0 };
+        let name = "entrobatch_kv_cache_usage_perc";
+        let _ = writeln!(out, "# HELP {name} KV cache usage: 1 means every block is in use.");
+        let _ = writeln!(out, "# TYPE {name} gauge\n{name} {usage}");
         let name = "entrobatch_structured_output_masks_total";
         let _ = writeln!(out, "# HELP {name} Structured-output token masks computed (finished requests).");
         let _ = writeln!(out, "# TYPE {name} counter\n{name} {}", g(&self.grammar_masks));
@@ -241,60 +207,14 @@ impl EngineMetrics {
             "Time between consecutive tokens of a request.",
             &mut out,
         );
+        // vLLM's older name for the same per-token gaps, which its dashboards still query.
+        self.inter_token_latency.render(
+            "entrobatch_time_per_output_token_seconds",
+            "Time between consecutive tokens of a request (same observations as inter_token_latency).",
+            &mut out,
+        );
+        self.requests.render(&mut out);
         self.step_duration.render("entrobatch_step_duration_seconds", "Duration of one engine step.", &mut out);
         out
-    }
-}
-
-/// Per-request tokens-per-forward buckets: 1 is autoregressive pace, W the most a window gives.
-const TOKENS_PER_FORWARD_BUCKETS: &[f64] = &[1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0];
-
-/// WeDLM parallel decoding. `tokens / forwards` is the reference engine's
-/// `tokens_per_forward` (committed tokens over the sum, across steps, of active WeDLM sequences).
-pub struct WedlmMetrics {
-    /// Window forwards: one per WeDLM sequence per forward that ran its window.
-    pub forwards: AtomicU64,
-    /// Tokens those forwards committed.
-    pub tokens: AtomicU64,
-    /// Window (scratch) rows those forwards ran.
-    pub window_rows: AtomicU64,
-    /// Each finished WeDLM request's own tokens per forward.
-    pub request_tokens_per_forward: Histogram,
-}
-
-impl Default for WedlmMetrics {
-    fn default() -> Self {
-        Self {
-            forwards: AtomicU64::new(0),
-            tokens: AtomicU64::new(0),
-            window_rows: AtomicU64::new(0),
-            request_tokens_per_forward: Histogram::with_bounds(TOKENS_PER_FORWARD_BUCKETS),
-        }
-    }
-}
-
-impl WedlmMetrics {
-    /// Committed tokens per window forward over all WeDLM requests so far; None before any.
-    pub fn tokens_per_forward(&self) -> Option<f64> {
-        let forwards = self.forwards.load(Ordering::Relaxed);
-        (forwards > 0).then(|| self.tokens.load(Ordering::Relaxed) as f64 / forwards as f64)
-    }
-
-    fn render(&self, forward_rows: &AtomicU64, out: &mut String) {
-        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let counters: [(&str, &str, &AtomicU64); 4] = [
-            ("entrobatch_forward_rows_total", "Rows run by all forwards, scratch rows included.", forward_rows),
-            ("entrobatch_wedlm_forwards_total", "WeDLM window forwards (sequences x steps).", &self.forwards),
-            ("entrobatch_wedlm_committed_tokens_total", "Tokens committed by WeDLM windows.", &self.tokens),
-            ("entrobatch_wedlm_window_rows_total", "Window rows run by WeDLM sequences.", &self.window_rows),
-        ];
-        for (name, help, c) in counters {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", g(c));
-        }
-        self.request_tokens_per_forward.render(
-            "entrobatch_wedlm_request_tokens_per_forward",
-            "Committed tokens per window forward of each finished WeDLM request.",
-            out,
-        );
     }
 }
