@@ -48,6 +48,7 @@ fn main() -> Result<(), EngineError> {
                 for event in handle {
                     match event {
                         Event::Tokens { text, .. } => println!("[request {i}] {text:?}"),
+                        Event::PromptLogprobs(_) => {}
                         Event::Finished { reason, completion_tokens, error, .. } => {
                             println!("[request {i}] done: {} after {completion_tokens} tokens", reason.as_str());
                             if let Some(e) = error {

@@ -51,7 +51,9 @@ impl Harness {
             enable_prefix_caching: false,
         })
         .expect("scheduler");
-        scheduler.add(NewSequence { id: ID, prompt_token_ids: prompt.to_vec(), max_tokens: 64 }).expect("add");
+        scheduler
+            .add(NewSequence { id: ID, prompt_token_ids: prompt.to_vec(), max_tokens: 64, skip_prefix_cache: false })
+            .expect("add");
         let strategy = MtiStrategy::build(config, &tokenizer).expect("strategy").with_trigger_prediction(predict);
         let negative = config.negative_prompt_ids(&tokenizer).expect("negative prompt");
         let sampling = SamplingParams::greedy();

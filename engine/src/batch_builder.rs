@@ -1,4 +1,5 @@
 use std::collections::HashMap;
+use std::ops::Range;
 
 use entrobatch_model_runner::{ForwardBatch, SeqSpan};
 use entrobatch_scheduler::{Scheduler, SchedulerOutput, SeqId};
@@ -12,6 +13,12 @@ pub struct SpanResult {
     pub span_index: usize,
     /// Indices into the forward's logits rows, in the order the strategy asked for them.
     pub logits_indices: Vec<usize>,
+    pub context_len: usize,
+    /// Query rows whose logits score prompt tokens, and the index of the first of their
+    /// logits rows (the rest follow in order).
+    pub prompt_rows: Option<(Range<usize>, usize)>,
+    /// A scoring-only request whose whole prompt is now computed: it ends without sampling.
+    pub scoring_done: bool,
 }
 
 /// Packs the scheduler's plan and each strategy's scratch rows into the model runner's
@@ -58,7 +65,24 @@ pub fn build_batch(
             batch.logits_rows.push(query_start + row);
         }
         let want_attn_metrics = state.strategy.wants_attn_metrics() && !logits_indices.is_empty();
-        results.push(SpanResult { seq_id: scheduled.seq_id, span_index: batch.seqs.len(), logits_indices });
+        let prompt_rows = state
+            .prompt_scoring
+            .as_ref()
+            .map(|s| s.rows(scheduled.context_len, token_ids.len(), seq.num_prompt_tokens()))
+            .filter(|rows| !rows.is_empty())
+            .map(|rows| {
+                let first = batch.logits_rows.len();
+                batch.logits_rows.extend(rows.clone().map(|r| query_start + r));
+                (rows, first)
+            });
+        results.push(SpanResult {
+            seq_id: scheduled.seq_id,
+            span_index: batch.seqs.len(),
+            logits_indices,
+            context_len: scheduled.context_len,
+            prompt_rows,
+            scoring_done: state.params.is_scoring_only() && scheduled.needs_sample,
+        });
         batch.seqs.push(SeqSpan {
             query_start,
             query_len,

@@ -172,7 +172,8 @@ impl EngineLoop {
         let PendingRequest { id, request, sender } = req;
         let PreparedRequest { prompt_token_ids, params, strategy, constraint, seed } = request;
         let num_prompt = prompt_token_ids.len();
-        let max_tokens = params.max_tokens;
+        let max_tokens = params.scheduled_max_tokens();
+        let skip_prefix_cache = params.prompt_logprobs.is_some();
         let eos = self.tokenizer.eos_token_ids.clone();
         let mut state = RequestState::new(params, seed, num_prompt, sender, eos, strategy);
         state.constraint = constraint;
@@ -181,7 +182,7 @@ impl EngineLoop {
             state.finish(FinishReason::Abort, Some("engine is shutting down".into()), SequenceCounts::default());
             return;
         }
-        let new_seq = NewSequence { id, prompt_token_ids, max_tokens };
+        let new_seq = NewSequence { id, prompt_token_ids, max_tokens, skip_prefix_cache };
         match self.scheduler.add(new_seq) {
             Ok(()) => {
                 self.metrics.prompt_tokens.fetch_add(num_prompt as u64, Ordering::Relaxed);
@@ -232,6 +233,10 @@ impl EngineLoop {
         self.metrics.forward_rows.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
         #[cfg(feature = "faults")]
         let output = self.inject_logit_faults(&spans, output);
+        self.score_prompts(&output, &spans);
+        for span in spans.iter().filter(|s| s.scoring_done) {
+            self.finish_request(span.seq_id, FinishReason::Length, None);
+        }
         let decisions = self.process_spans(&output, &spans);
         for (id, decision) in decisions {
             match decision {
@@ -264,6 +269,23 @@ impl EngineLoop {
             self.faults.before_forward(forward)?;
         }
         self.runner.execute(batch)
+    }
+
+    /// Sends the prompt log-probabilities of the rows this step computed, to the requests that
+    /// score their prompt.
+    fn score_prompts(&mut self, output: &ForwardOutput, spans: &[SpanResult]) {
+        for span in spans {
+            let Some((rows, first)) = span.prompt_rows.clone() else { continue };
+            let (Some(state), Some(seq)) = (self.requests.get_mut(&span.seq_id), self.scheduler.get(span.seq_id))
+            else {
+                continue;
+            };
+            let Some(scoring) = state.prompt_scoring.as_mut() else { continue };
+            let logits = (first..first + rows.len()).map(|i| output.row(i));
+            let prompt = &seq.token_ids()[..seq.num_prompt_tokens()];
+            let scored = scoring.score(span.context_len, rows, logits, prompt);
+            state.send_prompt_logprobs(scored);
+        }
     }
 
     /// Runs every span's strategy on its logits, in parallel across sequences (the sampler's

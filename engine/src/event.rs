@@ -37,6 +37,16 @@ pub struct TokenLogprob {
     pub top_logprobs: Vec<(u32, f32)>,
 }
 
+/// One prompt token's log-probability given the tokens before it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PromptLogprob {
+    pub token_id: u32,
+    pub logprob: f32,
+    /// 1 for the most likely token of the row.
+    pub rank: u32,
+    pub top_logprobs: Vec<(u32, f32)>,
+}
+
 /// Uncertainty of the distribution a token was drawn from, and what the strategy did.
 /// Logit entropy is in bits (the entropix convention); MTI triggers on nats internally.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -62,9 +72,11 @@ pub struct GeneratedToken {
     pub metrics: Option<TokenMetrics>,
 }
 
-/// What a request's stream carries, in order: any number of `Tokens`, then one `Finished`.
+/// What a request's stream carries, in order: `PromptLogprobs` (only when asked, prompt
+/// positions 1.. in order, before any token), any number of `Tokens`, then one `Finished`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Event {
+    PromptLogprobs(Vec<PromptLogprob>),
     Tokens {
         tokens: Vec<GeneratedToken>,
         /// Text delta, decoded incrementally; never splits a UTF-8 character.

@@ -33,6 +33,8 @@ pub struct GenerationOutput {
     pub error: Option<String>,
     /// The strategy's per-request statistics, from `Event::Finished`.
     pub strategy_stats: Option<serde_json::Value>,
+    /// Prompt positions 1.. (`GenerationParams::prompt_logprobs`); empty unless asked.
+    pub prompt_logprobs: Vec<crate::PromptLogprob>,
 }
 
 impl RequestHandle {
@@ -98,6 +100,7 @@ impl RequestHandle {
             cached_tokens: 0,
             error: Some("the engine stopped before the request finished".into()),
             strategy_stats: None,
+            prompt_logprobs: Vec::new(),
         }
     }
 
@@ -111,6 +114,7 @@ impl RequestHandle {
 impl GenerationOutput {
     fn absorb(&mut self, event: Event) {
         match event {
+            Event::PromptLogprobs(logprobs) => self.prompt_logprobs.extend(logprobs),
             Event::Tokens { tokens, text } => {
                 self.token_ids.extend(tokens.iter().map(|t| t.token_id));
                 self.tokens.extend(tokens);

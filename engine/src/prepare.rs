@@ -47,6 +47,9 @@ impl std::fmt::Debug for PreparedRequest {
     }
 }
 
+/// The most alternatives a prompt position reports (OpenAI's and vLLM's logprobs limit).
+pub const MAX_PROMPT_LOGPROBS: usize = 20;
+
 impl Engine {
     /// Tokenizes and validates `request` against this engine's model and limits.
     pub fn prepare(&self, request: Request) -> Result<PreparedRequest> {
@@ -58,13 +61,20 @@ impl Engine {
         }
         let info = self.info();
         params.sampling.validate(info.model_config.vocab_size).map_err(sampling_error)?;
-        if params.max_tokens == 0 {
-            return Err(EngineError::invalid("max_tokens", "max_tokens must be at least 1"));
+        if params.max_tokens == 0 && params.prompt_logprobs.is_none() {
+            return Err(EngineError::invalid(
+                "max_tokens",
+                "max_tokens must be at least 1 (0 only to score the prompt)",
+            ));
+        }
+        if params.prompt_logprobs.is_some_and(|k| k > MAX_PROMPT_LOGPROBS) {
+            let reason = format!("prompt_logprobs must be at most {MAX_PROMPT_LOGPROBS}");
+            return Err(EngineError::invalid("prompt_logprobs", reason));
         }
         let ctx = StrategyContext {
             mask_token_id: info.model_config.mask_token_id,
             max_model_len: info.max_model_len,
-            max_tokens: params.max_tokens,
+            max_tokens: params.scheduled_max_tokens(),
             metrics: Some(self.metrics().clone()),
             ..StrategyContext::new(self.tokenizer())
         };
@@ -129,7 +139,7 @@ impl Engine {
             );
             return Err(EngineError::NeverFits { needed, limit: positions, reason });
         }
-        match limits.check_fits(0, num_prompt, params.max_tokens, 0) {
+        match limits.check_fits(0, num_prompt, params.scheduled_max_tokens(), 0) {
             Ok(()) => Ok(()),
             Err(SchedulerError::NeverFits { needed_tokens, limit, reason, .. }) => {
                 let reason = match reason {

@@ -44,6 +44,10 @@ pub struct GenerationParams {
     /// `Prompt::Chat`: further template variables (vLLM's `chat_template_kwargs`), by name.
     /// Names the renderer sets itself (`messages`, `tools`, `enable_thinking`, ...) are refused.
     pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
+    /// Score the prompt: `Some(k)` sends every prompt token's log-probability (and the `k`
+    /// best alternatives of its row) before the output. The prompt is then computed whole,
+    /// never served from the prefix cache. With it, `max_tokens` may be 0 (scoring only).
+    pub prompt_logprobs: Option<usize>,
 }
 
 impl Default for GenerationParams {
@@ -62,7 +66,21 @@ impl Default for GenerationParams {
             structured: None,
             tools: None,
             chat_template_kwargs: serde_json::Map::new(),
+            prompt_logprobs: None,
         }
+    }
+}
+
+impl GenerationParams {
+    /// The output limit the scheduler holds room for: a scoring-only request (`max_tokens` 0)
+    /// still runs the row after its prompt, whose token it never samples.
+    pub fn scheduled_max_tokens(&self) -> usize {
+        self.max_tokens.max(1)
+    }
+
+    /// Scoring only: the request ends, `Length`, once its prompt is scored.
+    pub fn is_scoring_only(&self) -> bool {
+        self.max_tokens == 0 && self.prompt_logprobs.is_some()
     }
 }
 

@@ -5,8 +5,9 @@ use entrobatch_scheduler::{Appended, Sequence};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::detokenizer::Detokenizer;
-use crate::event::{Event, FinishReason, GeneratedToken};
+use crate::event::{Event, FinishReason, GeneratedToken, PromptLogprob};
 use crate::metrics::{RequestTimes, TokenTiming};
+use crate::prompt_scoring::PromptScoring;
 use crate::request::GenerationParams;
 use crate::stop_checker::{StopChecker, StopOutcome};
 use crate::strategy::SequenceStrategy;
@@ -22,6 +23,8 @@ pub struct RequestState {
     pub seed: u64,
     pub num_prompt_tokens: usize,
     pub times: RequestTimes,
+    /// Set when the request scores its prompt.
+    pub prompt_scoring: Option<PromptScoring>,
     sender: UnboundedSender<Event>,
     detokenizer: Detokenizer,
     stop_checker: StopChecker,
@@ -52,6 +55,7 @@ impl RequestState {
         strategy: Box<dyn SequenceStrategy>,
     ) -> Self {
         let stop_checker = StopChecker::new(params.stop.clone());
+        let prompt_scoring = params.prompt_logprobs.map(PromptScoring::new);
         Self {
             strategy,
             constraint: None,
@@ -59,6 +63,7 @@ impl RequestState {
             seed,
             num_prompt_tokens,
             times: RequestTimes::new(Instant::now()),
+            prompt_scoring,
             sender,
             detokenizer: Detokenizer::new(),
             stop_checker,
@@ -108,6 +113,13 @@ impl RequestState {
             finish = Some(FinishReason::Abort);
         }
         (finish, timing)
+    }
+
+    /// Streams prompt log-probabilities; a closed receiver is noticed by the next token.
+    pub fn send_prompt_logprobs(&self, logprobs: Vec<PromptLogprob>) {
+        if !logprobs.is_empty() {
+            let _ = self.sender.send(Event::PromptLogprobs(logprobs));
+        }
     }
 
     /// Sends the final event with the counts the scheduler's sequence kept (`Default` for a

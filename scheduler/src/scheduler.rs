@@ -151,7 +151,8 @@ impl Scheduler {
             let len = seq.num_tokens();
             let bs = self.config.block_size;
             // The last token is always recomputed: its logits are needed.
-            let hits = self.pool.find_cached_prefix(&seq.token_ids, len.saturating_sub(1) / bs);
+            let cacheable_blocks = if seq.skip_prefix_cache { 0 } else { len.saturating_sub(1) / bs };
+            let hits = self.pool.find_cached_prefix(&seq.token_ids, cacheable_blocks);
             let num_cached = hits.len() * bs;
             // A sequence being (re)prefilled has no strategy rows to run yet.
             let n = budget.prefill_grant(len - num_cached);

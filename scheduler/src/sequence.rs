@@ -12,6 +12,9 @@ pub struct NewSequence {
     pub prompt_token_ids: Vec<u32>,
     /// Output-token limit.
     pub max_tokens: usize,
+    /// Compute every prompt token even where the prefix cache holds it: a request that
+    /// scores its prompt needs the logits of every position.
+    pub skip_prefix_cache: bool,
 }
 
 /// The output after `Scheduler::append_token`.
@@ -59,6 +62,7 @@ pub struct Sequence {
     pub(crate) lookahead_slots: usize,
     /// Prompt tokens the prefix cache served at first admission (`None` before it).
     pub(crate) num_cached_prompt_tokens: Option<usize>,
+    pub(crate) skip_prefix_cache: bool,
 }
 
 impl Sequence {
@@ -76,6 +80,7 @@ impl Sequence {
             scratch_rows: 0,
             lookahead_slots: 0,
             num_cached_prompt_tokens: None,
+            skip_prefix_cache: request.skip_prefix_cache,
         }
     }
 

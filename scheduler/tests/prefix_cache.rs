@@ -15,7 +15,7 @@ fn cached_config(num_blocks: usize) -> SchedulerConfig {
 fn with_prefix(id: u64, tail: &[u32]) -> NewSequence {
     let mut tokens: Vec<u32> = (100..112).collect();
     tokens.extend_from_slice(tail);
-    NewSequence { id, prompt_token_ids: tokens, max_tokens: 4 }
+    NewSequence { id, prompt_token_ids: tokens, max_tokens: 4, skip_prefix_cache: false }
 }
 
 #[test]
@@ -63,13 +63,13 @@ fn cached_blocks_are_evicted_only_when_needed_tails_first() {
     assert!(hashes.iter().all(Option::is_some));
 
     // Two never-used blocks are still free: the cache is left alone.
-    s.add(NewSequence { id: 2, prompt_token_ids: vec![5; 8], max_tokens: 1 }).unwrap();
+    s.add(NewSequence { id: 2, prompt_token_ids: vec![5; 8], max_tokens: 1, skip_prefix_cache: false }).unwrap();
     s.schedule();
     assert_eq!(s.num_cached_blocks(), 3);
     s.abort(2);
 
     // Now the pool must reuse cached blocks: seq 1's uncached tail, then its last prefix block.
-    s.add(NewSequence { id: 3, prompt_token_ids: vec![6; 8], max_tokens: 1 }).unwrap();
+    s.add(NewSequence { id: 3, prompt_token_ids: vec![6; 8], max_tokens: 1, skip_prefix_cache: false }).unwrap();
     s.schedule();
     let c = s.get(3).unwrap().block_table_ids().to_vec();
     assert_eq!(c, vec![a[3], a[2]]);
@@ -88,8 +88,9 @@ fn cached_blocks_are_evicted_only_when_needed_tails_first() {
 #[test]
 fn preempted_sequences_hit_their_own_blocks_on_resume() {
     let mut s = Scheduler::new(cached_config(4)).unwrap();
-    s.add(NewSequence { id: 1, prompt_token_ids: (0..4).collect(), max_tokens: 8 }).unwrap();
-    s.add(NewSequence { id: 2, prompt_token_ids: (10..18).collect(), max_tokens: 4 }).unwrap();
+    s.add(NewSequence { id: 1, prompt_token_ids: (0..4).collect(), max_tokens: 8, skip_prefix_cache: false }).unwrap();
+    s.add(NewSequence { id: 2, prompt_token_ids: (10..18).collect(), max_tokens: 4, skip_prefix_cache: false })
+        .unwrap();
     // Seq 2 needs a third block for its first generated token while seq 1 grows into the
     // last free one, so seq 2 (latest arrival) preempts itself.
     let mut preempted = false;
@@ -115,4 +116,21 @@ fn a_failed_step_does_not_poison_the_cache() {
     assert_eq!(s.num_cached_blocks(), 0);
     s.add(with_prefix(2, &[1])).unwrap();
     assert_eq!(s.schedule().scheduled[0].context_len, 0);
+}
+
+#[test]
+fn a_sequence_that_skips_the_prefix_cache_computes_its_whole_prompt() {
+    let mut s = Scheduler::new(cached_config(16)).unwrap();
+    s.add(with_prefix(1, &[1])).unwrap();
+    step(&mut s);
+    let cached = s.get(1).unwrap().block_table_ids().to_vec();
+    s.add(NewSequence { skip_prefix_cache: true, ..with_prefix(2, &[2]) }).unwrap();
+    let out = s.schedule();
+    let row = out.scheduled.iter().find(|r| r.seq_id == 2).expect("scheduled");
+    // All 13 prompt tokens are query rows, from position 0, in blocks of its own.
+    assert_eq!((row.context_len, row.num_query_tokens), (0, 13));
+    let own = s.get(2).unwrap().block_table_ids().to_vec();
+    assert!(own.iter().all(|b| !cached.contains(b)), "{own:?} shares with {cached:?}");
+    assert_eq!(s.get(2).unwrap().num_cached_prompt_tokens(), 0);
+    s.check_invariants().unwrap();
 }

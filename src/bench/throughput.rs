@@ -160,7 +160,7 @@ pub fn run_with_prompts(
                                 d.branches.extend(tokens.iter().filter_map(|t| t.metrics.as_ref()?.branch.clone()));
                             }
                             Event::Finished { error: Some(e), .. } => anyhow::bail!("request {i} failed: {e}"),
-                            Event::Finished { .. } => {}
+                            Event::Finished { .. } | Event::PromptLogprobs(_) => {}
                         }
                     }
                     Ok(d)

@@ -247,6 +247,7 @@ pub fn run(args: RunArgs) -> Result<()> {
                     }
                     out.flush()?;
                 }
+                Event::PromptLogprobs(_) => {}
                 Event::Finished { reason, error, strategy_stats, .. } => {
                     writeln!(out)?;
                     let per_forward = strategy_stats.as_ref().and_then(|s| s.get("tokens_per_forward")?.as_f64());

@@ -13,6 +13,7 @@ mod chat_format;
 mod chat_tools;
 mod completions;
 mod defaults;
+mod echo;
 mod error;
 mod extract;
 mod format;

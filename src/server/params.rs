@@ -37,8 +37,9 @@ pub fn parse_common(
         }
     }
     let max_tokens = match c.max_completion_tokens.or(c.max_tokens) {
-        Some(v) if v < 1 => {
-            return Err(ApiError::invalid_param("max_tokens", format!("max_tokens must be at least 1, got {v}")))
+        // 0 is the engine's to judge: it scores a prompt without generating.
+        Some(v) if v < 0 => {
+            return Err(ApiError::invalid_param("max_tokens", format!("max_tokens must not be negative, got {v}")))
         }
         Some(v) => Some(usize::try_from(v).unwrap_or(usize::MAX)),
         None => None,

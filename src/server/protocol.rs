@@ -113,8 +113,12 @@ pub struct CompletionRequest {
     /// Number of top logprobs per token (0..=20).
     #[serde(default)]
     pub logprobs: Option<i64>,
+    /// Return the prompt ahead of the output (with `logprobs`, its tokens' logprobs too).
     #[serde(default)]
     pub echo: Option<bool>,
+    /// vLLM: the log-probabilities of the prompt's tokens, with this many alternatives each.
+    #[serde(default)]
+    pub prompt_logprobs: Option<i64>,
     #[serde(default)]
     pub suffix: Option<String>,
     /// Every field not named directly above: `CommonParams`' and unknown ones; the unknown

@@ -4,7 +4,7 @@
 
 use std::convert::Infallible;
 
-use crate::{Event, FinishReason, GeneratedToken, RequestHandle};
+use crate::{Event, FinishReason, GeneratedToken, PromptLogprob, RequestHandle};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -21,6 +21,8 @@ pub trait StreamFormat: Send + 'static {
         Vec::new()
     }
     fn on_tokens(&mut self, tokens: &[GeneratedToken], text: &str) -> Vec<Self::Chunk>;
+    /// Prompt log-probabilities, before any token (completions' `echo` and `prompt_logprobs`).
+    fn on_prompt_logprobs(&mut self, _logprobs: Vec<PromptLogprob>) {}
     /// The closing chunk(s) carrying `finish_reason`.
     fn on_finish(&mut self, reason: FinishReason) -> Vec<Self::Chunk>;
     /// The `choices: []` chunk carrying `usage` (`stream_options.include_usage`).
@@ -68,6 +70,7 @@ impl<F: StreamFormat> SseState<F> {
         }
         loop {
             match self.handle.next_async().await {
+                Some(Event::PromptLogprobs(logprobs)) => self.format.on_prompt_logprobs(logprobs),
                 Some(Event::Tokens { tokens, text }) => {
                     let chunks = self.format.on_tokens(&tokens, &text);
                     if !chunks.is_empty() {

@@ -35,7 +35,7 @@ pub fn validate_body(state: &AppState, endpoint: Endpoint, body: &[u8]) -> Resul
         Endpoint::Completions => {
             let req: CompletionRequest = decode_json_body(body)?;
             state.check_model(req.common.model.as_deref())?;
-            let (prompt, parsed, _) = parse_completion(req, &state.generation_defaults)?;
+            let (prompt, parsed, _, _) = parse_completion(req, &state.generation_defaults)?;
             let request = engine_request(prompt, parsed.params, parsed.max_tokens, Some(DEFAULT_MAX_TOKENS));
             (request, parsed.stream)
         }

@@ -121,6 +121,18 @@ pub fn reference_logits(path: &Path, arch: RefArch, tokens: &[u32]) -> Vec<f32> 
     model.forward(&input, 0).flatten_all().unwrap().to_vec1::<f32>().unwrap()
 }
 
+/// candle-transformers' logits at every position of `tokens`, fed one token at a time through
+/// its own KV cache: row `i` predicts token `i + 1`.
+pub fn reference_logits_per_position(path: &Path, arch: RefArch, tokens: &[u32]) -> Vec<Vec<f32>> {
+    let mut model = load_reference(path, arch);
+    (0..tokens.len())
+        .map(|i| {
+            let input = Tensor::new(&tokens[i..=i], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+            model.forward(&input, i).flatten_all().unwrap().to_vec1::<f32>().unwrap()
+        })
+        .collect()
+}
+
 fn argmax(logits: &Tensor) -> u32 {
     let v = logits.flatten_all().unwrap().to_vec1::<f32>().unwrap();
     let mut best = 0;

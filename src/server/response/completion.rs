@@ -20,8 +20,39 @@ pub struct CompletionChoice {
     pub logprobs: Option<CompletionLogprobs>,
     /// `null` in every stream chunk but the closing one.
     pub finish_reason: Option<&'static str>,
+    /// vLLM's `prompt_logprobs`: only when asked, on the choice that carries the prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<Option<PromptLogprobMap>>>,
     #[serde(flatten)]
     pub extras: TokenExtras,
+}
+
+/// One prompt position in vLLM's layout: `{"<token id>": {logprob, rank, decoded_token}}`,
+/// the prompt's own token first, then the row's best.
+#[derive(Debug, Default)]
+pub struct PromptLogprobMap(Vec<(u32, PromptLogprobEntry)>);
+
+#[derive(Debug, Serialize)]
+pub struct PromptLogprobEntry {
+    pub logprob: f64,
+    pub rank: u32,
+    pub decoded_token: String,
+}
+
+impl PromptLogprobMap {
+    pub fn push(&mut self, (id, entry): (u32, PromptLogprobEntry)) {
+        self.0.push((id, entry));
+    }
+}
+
+impl Serialize for PromptLogprobMap {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (id, entry) in &self.0 {
+            map.serialize_entry(&id.to_string(), entry)?;
+        }
+        map.end()
+    }
 }
 
 /// Completions layout: parallel arrays; a token without logprobs is `null` in both

@@ -16,7 +16,9 @@ pub use chat::{
     ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk, ChatLogprob, ChatLogprobs, Delta, FunctionCall,
     FunctionDelta, ResponseMessage, ToolCall, ToolCallDelta, TopChatLogprob,
 };
-pub use completion::{Completion, CompletionChoice, CompletionChunk, CompletionLogprobs};
+pub use completion::{
+    Completion, CompletionChoice, CompletionChunk, CompletionLogprobs, PromptLogprobEntry, PromptLogprobMap,
+};
 
 use serde::ser::{Error as _, Serializer};
 use serde::Serialize;
