@@ -19,6 +19,8 @@ pub mod bench;
 pub mod eval;
 #[cfg(feature = "server")]
 pub mod loadtest;
+#[cfg(feature = "eval")]
+pub mod perplexity;
 #[cfg(feature = "plots")]
 pub mod plot_font;
 #[cfg(feature = "server")]

@@ -26,6 +26,8 @@ enum Command {
     /// Accuracy and speed per decoding strategy on HumanEval, GSM-Symbolic or MMLU
     /// (data from `scripts/fetch-eval-data`).
     Eval(cli::eval::EvalArgs),
+    /// Perplexity of a text file, computed as llama.cpp's llama-perplexity computes it.
+    Perplexity(cli::perplexity::PerplexityArgs),
 }
 
 fn main() {
@@ -44,6 +46,7 @@ fn main() {
         Command::Loadtest(args) => cli::loadtest::run(args),
         Command::PlotMetrics(args) => cli::plot_metrics::run(args),
         Command::Eval(args) => cli::eval::run(args),
+        Command::Perplexity(args) => cli::perplexity::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {}", error_chain(&e));

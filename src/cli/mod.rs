@@ -2,6 +2,7 @@ pub mod bench;
 pub mod entropix;
 pub mod eval;
 pub mod loadtest;
+pub mod perplexity;
 pub mod plot_metrics;
 pub mod prompts;
 pub mod run;

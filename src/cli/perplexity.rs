@@ -1,0 +1,54 @@
+//! `entrobatch perplexity`: a text file's perplexity, number for number with llama-perplexity.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use entrobatch::perplexity::perplexity;
+use entrobatch::{Engine, EngineConfig};
+
+#[derive(Args, Debug)]
+pub struct PerplexityArgs {
+    /// GGUF file or Hugging Face checkpoint; default: $ENTROBATCH_MODEL, else SmolLM2.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// The text to score (UTF-8).
+    #[arg(long)]
+    pub file: PathBuf,
+    /// Tokens per chunk; the second half of each is scored (llama-perplexity's --ctx-size).
+    #[arg(long, default_value_t = 512)]
+    pub ctx_size: usize,
+    /// Write {"ppl", "ppl_stderr", "tokens_scored", "chunks", ...} here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// KV cache size in MiB (default: the engine's).
+    #[arg(long)]
+    pub kv_cache_mb: Option<usize>,
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+pub fn run(args: PerplexityArgs) -> Result<()> {
+    let model = super::resolve_model(args.model)?;
+    let text = std::fs::read_to_string(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
+    let mut config = EngineConfig::new(&model);
+    if let Some(mb) = args.kv_cache_mb {
+        config.kv_cache_bytes = mb << 20;
+    }
+    let engine = Engine::start(config)?;
+    let report = perplexity(&engine, &text, args.ctx_size, !args.no_progress)?;
+    println!(
+        "{}: PPL = {:.4} +/- {:.5} over {} tokens in {} chunks of {}",
+        args.file.display(),
+        report.ppl,
+        report.ppl_stderr,
+        report.tokens_scored,
+        report.chunks,
+        report.ctx_size
+    );
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
