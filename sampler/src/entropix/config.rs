@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::adaptive::AdaptiveScore;
 use crate::error::SamplerError;
 
 /// The most candidates the adaptive branch may draw (the "Entropixplained" write-up's 12).
@@ -73,6 +74,9 @@ pub struct EntropixConfig {
     pub ada_min_p: f32,
     pub ada_min_min_p: f32,
     pub ada_max_min_p: f32,
+    /// How candidates are scored: `"reference"` (default: the most likely draw wins) or
+    /// `"surprisal"` (a per-candidate surprisal term; see `adaptive`).
+    pub adaptive_score: AdaptiveScore,
     /// Weights of the candidate score (see `adaptive::candidate_score`).
     pub ada_score_logits_ent: f32,
     pub ada_score_attn_ent: f32,
@@ -125,6 +129,7 @@ impl Default for EntropixConfig {
             ada_min_p: 0.5,
             ada_min_min_p: 0.01,
             ada_max_min_p: 0.5,
+            adaptive_score: AdaptiveScore::Reference,
             ada_score_logits_ent: 0.1,
             ada_score_attn_ent: 0.2,
             ada_score_logits_vent: 0.3,
