@@ -91,6 +91,7 @@ impl Harness {
             context_len: s.context_len,
             block_table,
             want_attn_metrics: false,
+            attn_pad_to: None,
         });
         let out = self.runner.execute(&batch).expect("forward");
         let logits: Vec<Vec<f32>> = (0..batch.logits_rows.len()).map(|i| out.row(i).to_vec()).collect();

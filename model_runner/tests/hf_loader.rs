@@ -40,6 +40,7 @@ fn ours(dir: &Path, tokens: &[u32]) -> Vec<f32> {
                 context_len: range.start,
                 block_table: vec![0, 1, 2, 3],
                 want_attn_metrics: false,
+                attn_pad_to: None,
             }],
             logits_rows: if want_logits { vec![n - 1] } else { Vec::new() },
         };

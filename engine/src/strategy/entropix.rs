@@ -66,6 +66,10 @@ impl SequenceStrategy for EntropixStrategy {
         true
     }
 
+    fn attn_pad_to(&self) -> Option<usize> {
+        self.config.attention_pad_to
+    }
+
     fn process(&mut self, input: StrategyInput<'_>) -> Result<StrategyOutput, StrategyError> {
         let Some(&logits) = input.logits.first() else {
             return Ok(StrategyOutput::default());

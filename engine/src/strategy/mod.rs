@@ -102,6 +102,12 @@ pub trait SequenceStrategy: Send {
         false
     }
 
+    /// The cache size those metrics are computed over, empty slots scoring 0 (entropix's
+    /// `attention_pad_to`); `None`: the keys that exist.
+    fn attn_pad_to(&self) -> Option<usize> {
+        None
+    }
+
     /// Rows of the span (token rows then scratch rows, 0-based) whose logits `process` needs.
     fn logits_rows(&self, plan: &SpanPlan<'_>, num_scratch: usize) -> Vec<usize> {
         let _ = num_scratch;

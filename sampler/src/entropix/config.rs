@@ -85,6 +85,10 @@ pub struct EntropixConfig {
     pub ada_score_agree: f32,
     pub ada_score_int: f32,
 
+    /// Attention metrics as the reference computes them: over a cache of this many slots
+    /// (the reference's `max_seq_len`, 4096) whose empty slots score 0, so its thresholds
+    /// apply as calibrated. `None` (default): over the keys that exist.
+    pub attention_pad_to: Option<usize>,
     /// Explicit pause / clarification token id; `None` lets the engine look one up in the
     /// model's tokenizer (`" ..."`, then `"..."`, `" ?"`, `"?"`).
     pub pause_token_id: Option<u32>,
@@ -136,6 +140,7 @@ impl Default for EntropixConfig {
             ada_score_attn_vent: 0.4,
             ada_score_agree: 0.5,
             ada_score_int: 0.6,
+            attention_pad_to: None,
             pause_token_id: None,
         }
     }
@@ -222,6 +227,12 @@ impl EntropixConfig {
             return Err(SamplerError::invalid(
                 "n_adaptive_samples",
                 format!("must be in [1, {MAX_ADAPTIVE_SAMPLES}], got {}", self.n_adaptive_samples),
+            ));
+        }
+        if self.attention_pad_to == Some(0) {
+            return Err(SamplerError::invalid(
+                "attention_pad_to",
+                "must be >= 1 (leave it out for existing keys only)",
             ));
         }
         if self.ada_max_top_k == 0 {
