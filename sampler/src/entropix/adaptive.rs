@@ -1,16 +1,20 @@
 //! The adaptive branch: draw N candidates with the adapted parameters and keep the best.
 //!
-//! Two scoring rules, chosen by `EntropixConfig::adaptive_score`:
+//! Two scoring rules, chosen by `EntropixConfig::adaptive_score`. The reference's
+//! "confidence" is a weighted sum of the step's metrics:
 //!
-//! - `reference` (the default): the reference's own rule (xjdr-alt/entropix `sampler.py`
-//!   @ cceeb84, `adaptive_sample`): `score_i = ln p(x_i) + C`, where the "confidence" C is a
-//!   weighted sum of the step's metrics,
-//!   `C = w_ent (1 - H) + w_aent (1 - attn_ent) + w_vent (1 - VH) + w_avent (1 - attn_vent)
-//!   + w_agr agreement + w_int interaction_strength`. C is the same for every candidate, so
-//!   the winner is simply the most likely of the N draws (it drifts toward greedy as N grows).
-//! - `surprisal`: the logit part of C is taken per candidate. H and VH are replaced by the
-//!   candidate's own surprisal `s_i = -log2 p(x_i)` and squared deviation `(s_i - H)^2`,
-//!   whose expectations under the model are exactly H and VH:
+//! ```text
+//! C = w_ent (1 - H) + w_aent (1 - attn_ent) + w_vent (1 - VH) + w_avent (1 - attn_vent)
+//!   + w_agr agreement + w_int interaction_strength
+//! ```
+//!
+//! `reference` (the default) is the reference's own rule (xjdr-alt/entropix `sampler.py` @
+//! cceeb84, `adaptive_sample`): `score_i = ln p(x_i) + C`. C is the same for every candidate,
+//! so the winner is simply the most likely of the N draws (it drifts toward greedy as N grows).
+//!
+//! `surprisal` takes the logit part of C per candidate: H and VH are replaced by the
+//! candidate's own surprisal `s_i = -log2 p(x_i)` and squared deviation `(s_i - H)^2`, whose
+//! expectations under the model are exactly H and VH:
 //!
 //! ```text
 //! score_i = ln p(x_i)
@@ -19,11 +23,11 @@
 //!         + w_agr  * agreement            + w_int  * interaction_strength
 //! ```
 //!
-//!   So `E_x[score]` keeps the reference's confidence value, while the `(s_i - H)^2` term
-//!   penalises atypical candidates on both sides. The maximum over s lies at
-//!   `s* = H - (ln 2 + w_ent) / (2 w_vent)` (about H - 1.32 bits with the defaults): when the
-//!   model is nearly sure (H small) the most likely candidate wins as before; when it is
-//!   unsure, a candidate of typical surprisal can beat a slightly more likely outlier.
+//! So `E_x[score]` keeps the reference's confidence value, while the `(s_i - H)^2` term
+//! penalises atypical candidates on both sides. The maximum over s lies at
+//! `s* = H - (ln 2 + w_ent) / (2 w_vent)` (about H - 1.32 bits with the defaults): when the
+//! model is nearly sure (H small) the most likely candidate wins as before; when it is unsure,
+//! a candidate of typical surprisal can beat a slightly more likely outlier.
 //!
 //! In both, `p` is the raw model distribution (temperature 1, before penalties) and ties keep
 //! the earliest draw (the reference's `argmax` over the scores).
