@@ -396,6 +396,7 @@ fn drive(
                 context_len: done[s],
                 block_table: p.blocks.clone(),
                 want_attn_metrics: p.wants,
+                attn_pad_to: None,
             });
         }
         batch.logits_rows = vec![batch.input_ids.len() - 1];

@@ -93,6 +93,7 @@ impl Harness {
             context_len: s.context_len,
             block_table,
             want_attn_metrics: false,
+            attn_pad_to: None,
         });
         let out = self.runner.execute(&batch).expect("forward");
         let logits: Vec<Vec<f32>> = (0..batch.logits_rows.len()).map(|i| out.row(i).to_vec()).collect();
@@ -241,8 +242,9 @@ fn smollm2_prompt(path: &Path) -> Vec<u32> {
 fn smollm2_unconditional_rows_match_reference_deferred() {
     let path = common::smollm2_path();
     let prompt = smollm2_prompt(&path);
-    // tau = 0: every token triggers, through the two-step (kept row, then scratch rows) path.
-    let config = MtiConfig { entropy_threshold: 0.0, guidance_scale: 1.5, ..MtiConfig::default() };
+    // The smallest positive tau: (nearly) every token triggers, through the two-step (kept
+    // row, then scratch rows) path; tau = 0 itself means "always" and fuses like tau < 0.
+    let config = MtiConfig { entropy_threshold: f32::MIN_POSITIVE, guidance_scale: 1.5, ..MtiConfig::default() };
     check_guided_steps(&path, RefArch::Llama, &prompt, config, false, 4, 2e-3);
 }
 
@@ -253,8 +255,8 @@ fn smollm2_unconditional_rows_match_reference_fused() {
     // tau = -1: after the first token the scratch rows ride with each decode row.
     let config = MtiConfig { entropy_threshold: -1.0, guidance_scale: 3.0, ..MtiConfig::default() };
     check_guided_steps(&path, RefArch::Llama, &prompt, config, false, 4, 2e-3);
-    // tau = 0 with trigger prediction: the first token is deferred, the next ones fused.
-    let config = MtiConfig { entropy_threshold: 0.0, guidance_scale: 1.5, ..MtiConfig::default() };
+    // A positive tau with trigger prediction: the first token is deferred, the next ones fused.
+    let config = MtiConfig { entropy_threshold: f32::MIN_POSITIVE, guidance_scale: 1.5, ..MtiConfig::default() };
     check_guided_steps(&path, RefArch::Llama, &prompt, config, true, 4, 2e-3);
 }
 
@@ -262,7 +264,8 @@ fn smollm2_unconditional_rows_match_reference_fused() {
 fn tiny_model_unconditional_rows_match_reference() {
     let path = tiny_model(&TinyModelSpec::llama(), "mti-reference");
     let prompt: Vec<u32> = (0..21).map(|i| 40 + (i * 7) % 50).collect();
-    for tau in [0.0, -1.0] {
+    // The smallest positive tau defers (two steps per guided token); 0 and -1 always fuse.
+    for tau in [f32::MIN_POSITIVE, 0.0, -1.0] {
         let config = MtiConfig { entropy_threshold: tau, guidance_scale: 2.0, ..MtiConfig::default() };
         check_guided_steps(&path, RefArch::Llama, &prompt, config.clone(), false, 3, 1e-4);
         check_guided_steps(&path, RefArch::Llama, &prompt, config, true, 3, 1e-4);

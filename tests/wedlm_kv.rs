@@ -54,6 +54,7 @@ fn drive(dir: &std::path::Path, prompt: &[u32], cfg: &WedlmConfig, max_tokens: u
                 context_len: computed,
                 block_table: (0..BLOCKS as u32).collect(),
                 want_attn_metrics: false,
+                attn_pad_to: None,
             }],
             logits_rows: logits_rows.clone(),
         };
@@ -97,6 +98,7 @@ fn drive(dir: &std::path::Path, prompt: &[u32], cfg: &WedlmConfig, max_tokens: u
                 context_len: computed,
                 block_table: (0..BLOCKS as u32).collect(),
                 want_attn_metrics: false,
+                attn_pad_to: None,
             }],
             logits_rows: Vec::new(),
         };
@@ -118,6 +120,7 @@ fn prefill(model: Model, tokens: &[u32]) -> ModelRunner {
             context_len: 0,
             block_table: (0..BLOCKS as u32).collect(),
             want_attn_metrics: false,
+            attn_pad_to: None,
         }],
         logits_rows: Vec::new(),
     };
@@ -179,6 +182,7 @@ fn no_threshold_and_a_huge_penalty_commit_one_token_per_forward_left_to_right() 
                 context_len: 0,
                 block_table: vec![],
                 want_attn_metrics: false,
+                attn_pad_to: None,
             }],
             logits_rows: vec![n - 1],
         };

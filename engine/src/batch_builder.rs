@@ -89,6 +89,7 @@ pub fn build_batch(
             context_len: scheduled.context_len,
             block_table: seq.block_table_ids().to_vec(),
             want_attn_metrics,
+            attn_pad_to: state.strategy.attn_pad_to(),
         });
     }
     (batch, results)

@@ -12,7 +12,9 @@ use entrobatch_scheduler::{NeverFitsReason, SchedulerError};
 use crate::engine::Engine;
 use crate::error::{EngineError, Result};
 use crate::request::{GenerationParams, Request};
-use crate::strategy::{build_strategy, Decoding, SequenceStrategy, StrategyContext, StrategyError};
+use crate::strategy::{
+    build_strategy, unsupported_sampling, Decoding, SequenceStrategy, StrategyContext, StrategyError,
+};
 use crate::structured::{Constraint, StructuredOutput};
 
 /// A request the engine has validated; only `Engine::prepare` makes one.
@@ -79,6 +81,12 @@ impl Engine {
             ..StrategyContext::new(self.tokenizer())
         };
         let strategy = build_strategy(&params.decoding, &ctx)?;
+        if let Decoding::Wedlm(_) = params.decoding {
+            // Refused rather than silently dropped: the client would get output it did not ask for.
+            if let Some((field, reason)) = unsupported_sampling(&params.sampling) {
+                return Err(EngineError::invalid(field, reason));
+            }
+        }
         self.check_fits(num_prompt, &params, strategy.as_ref())?;
         let constraint = params.structured.as_ref().map(|spec| self.compile_constraint(spec, &params)).transpose()?;
         let seed = params.sampling.seed.unwrap_or_else(random_seed);

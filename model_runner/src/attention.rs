@@ -4,7 +4,7 @@ use crate::attention_simd::{self as simd, KvElem};
 use crate::batch::SeqSpan;
 use crate::error::{ModelError, Result};
 use crate::kv_cache::LayerKv;
-use crate::metrics::{attention_metrics, AttnMetrics};
+use crate::metrics::{attention_metrics_padded, AttnMetrics};
 use crate::softmax::softmax_in_place;
 
 /// Shapes shared by every row of one layer's attention.
@@ -134,7 +134,7 @@ fn attend_row<T: KvElem>(
             scores[h * num_keys + j] = dot(&q_row[h * head_dim..(h + 1) * head_dim], &k) * scale;
         }
     }
-    let metrics = want_metrics.then(|| attention_metrics(&scores, num_heads, num_keys));
+    let metrics = want_metrics.then(|| attention_metrics_padded(&scores, num_heads, num_keys, span.attn_pad_to));
     for h in 0..num_heads {
         softmax_in_place(&mut scores[h * num_keys..(h + 1) * num_keys]);
     }

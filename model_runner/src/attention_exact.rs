@@ -4,7 +4,7 @@ use crate::attention::AttentionShape;
 use crate::batch::SeqSpan;
 use crate::error::Result;
 use crate::kv_cache::LayerKv;
-use crate::metrics::{attention_metrics, AttnMetrics};
+use crate::metrics::{attention_metrics_padded, AttnMetrics};
 
 /// Attention computed span by span with the same candle tensor ops, in the same order, as
 /// candle-transformers' `quantized_llama` / `quantized_qwen2` (`q.k^T / sqrt(d)`, masked fill,
@@ -61,7 +61,7 @@ pub fn exact_attention(
         if collect_metrics && span.want_attn_metrics {
             let last = att.narrow(2, q_len - 1, 1)?.squeeze(2)?.squeeze(0)?;
             let scores = last.narrow(D::Minus1, 0, n)?.flatten_all()?.to_vec1::<f32>()?;
-            metrics[s] = Some(attention_metrics(&scores, num_heads, n));
+            metrics[s] = Some(attention_metrics_padded(&scores, num_heads, n, span.attn_pad_to));
         }
         let att = candle_nn::ops::softmax_last_dim(&att)?;
         let y = att.matmul(&v.contiguous()?)?.transpose(1, 2)?.contiguous()?;

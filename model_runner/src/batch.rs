@@ -14,6 +14,10 @@ pub struct SeqSpan {
     pub block_table: Vec<u32>,
     /// Entropix needs the last layer's attention scores of this span's last row.
     pub want_attn_metrics: bool,
+    /// Compute those metrics as over a cache of this many slots whose empty slots score 0
+    /// (the reference's padded cache, `metrics::attention_metrics_padded`); `None`: over the
+    /// keys that exist.
+    pub attn_pad_to: Option<usize>,
 }
 
 /// The packed varlen batch of one engine step (the llama.cpp `llama_batch` / nano-vllm

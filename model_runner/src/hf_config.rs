@@ -9,8 +9,10 @@ use serde_json::Value;
 use crate::config::{Architecture, ModelConfig};
 use crate::error::{ModelError, Result};
 
-/// WeDLM's fallback `[MASK]` id when `config.json` names none: the first id after Qwen2.5's
-/// 22 special tokens (the reference engine and its trainer hard-code it).
+/// WeDLM's fallback `[MASK]` id when a WeDLM `config.json` names none: the first id after
+/// Qwen2.5's 22 special tokens (the reference engine and its trainer hard-code it). Only for
+/// WeDLM checkpoints: in a stock Qwen2.5 / Qwen3 vocabulary 151665 is an ordinary token
+/// (`<tool_response>` in Qwen3's), and a model never trained on masks decodes garbage from it.
 pub const DEFAULT_MASK_TOKEN_ID: u32 = 151_665;
 
 /// What the loader needs from `config.json` beyond the [`ModelConfig`].
@@ -66,7 +68,8 @@ impl HfConfig {
                     "mask_token_id {id} is outside the vocabulary of {vocab_size}"
                 )))
             }
-            None => ((DEFAULT_MASK_TOKEN_ID as usize) < vocab_size).then_some(DEFAULT_MASK_TOKEN_ID),
+            None if is_wedlm(&cfg) => ((DEFAULT_MASK_TOKEN_ID as usize) < vocab_size).then_some(DEFAULT_MASK_TOKEN_ID),
+            None => None,
         };
         let model = ModelConfig {
             architecture,
@@ -122,6 +125,13 @@ fn architecture(cfg: &Fields<'_>) -> Result<Architecture> {
             class
         ))),
     }
+}
+
+/// A WeDLM checkpoint says so in `model_type` or in its model class; a stock Qwen / llama
+/// config carries neither.
+fn is_wedlm(cfg: &Fields<'_>) -> bool {
+    let class = cfg.get("architectures").and_then(|a| a.get(0)).and_then(Value::as_str);
+    cfg.str("model_type") == Some("wedlm") || class == Some("WeDLMForCausalLM")
 }
 
 fn rope_scaling_is_default(v: &Value) -> bool {

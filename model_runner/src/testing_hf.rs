@@ -46,6 +46,9 @@ pub struct TinyHfSpec {
     pub mask_token_id: Option<u32>,
     /// `model_type: "wedlm"` (with `qk_norm` / `attention_bias` flags) instead of the plain family.
     pub wedlm_model_type: bool,
+    /// Rows of the embedding and `lm_head` (`vocab_size` in `config.json`); the tokenizer stays
+    /// the tiny one, as real Qwen checkpoints pad their 151,665 tokens to 151,936 rows.
+    pub vocab_size: usize,
     /// Standard deviation of `lm_head`: larger gives peakier, lower-entropy logits.
     pub output_std: f32,
     /// Standard deviation of the attention and MLP projections: larger lets the context
@@ -70,6 +73,7 @@ impl TinyHfSpec {
             shards: 1,
             mask_token_id: Some(TINY_MASK_TOKEN_ID),
             wedlm_model_type: true,
+            vocab_size: TINY_VOCAB_SIZE,
             output_std: 0.25,
             proj_std: 0.08,
         }
@@ -141,7 +145,7 @@ fn config_json(spec: &TinyHfSpec, bos: u32, eos: u32) -> Value {
         "num_attention_heads": spec.n_heads,
         "num_key_value_heads": spec.n_kv_heads,
         "head_dim": spec.head_dim,
-        "vocab_size": TINY_VOCAB_SIZE,
+        "vocab_size": spec.vocab_size,
         "max_position_embeddings": spec.context_length,
         "rope_theta": if qwen { 1_000_000.0 } else { 10_000.0 },
         "rms_norm_eps": if qwen { 1e-6 } else { 1e-5 },
@@ -187,7 +191,7 @@ fn write_weights(dir: &Path, spec: &TinyHfSpec) -> candle_core::Result<()> {
 
 fn build_tensors(spec: &TinyHfSpec) -> candle_core::Result<HashMap<String, Tensor>> {
     let mut rng = WeightRng::new(spec.seed ^ 0x4846_5F54_494E_5900);
-    let (h, hd, ff, v) = (spec.hidden, spec.head_dim, spec.intermediate, TINY_VOCAB_SIZE);
+    let (h, hd, ff, v) = (spec.hidden, spec.head_dim, spec.intermediate, spec.vocab_size);
     let (q, kv) = (spec.n_heads * hd, spec.n_kv_heads * hd);
     let mut out = HashMap::new();
     let mut put = |name: String, dims: &[usize], mean: f32, std: f32| -> candle_core::Result<()> {

@@ -40,6 +40,7 @@ fn ours(dir: &Path, tokens: &[u32]) -> Vec<f32> {
                 context_len: range.start,
                 block_table: vec![0, 1, 2, 3],
                 want_attn_metrics: false,
+                attn_pad_to: None,
             }],
             logits_rows: if want_logits { vec![n - 1] } else { Vec::new() },
         };
@@ -183,6 +184,12 @@ fn real_wedlm_8b_style_config_parses() {
     assert_eq!(cfg.eos_token_ids, vec![151645, 151643]);
     let with_mask = text.replace("\"qk_norm\"", "\"mask_token_id\": 151666, \"qk_norm\"");
     assert_eq!(HfConfig::parse(&with_mask).unwrap().model.mask_token_id, Some(151_666));
+    // The same fields as a stock Qwen3-8B: 151665 is an ordinary token there (Qwen3's
+    // `<tool_response>`), so no fallback; the model class alone also marks a WeDLM checkpoint.
+    let stock = text.replace("\"WeDLMForCausalLM\"", "\"Qwen3ForCausalLM\"").replace("\"wedlm\"", "\"qwen3\"");
+    assert_eq!(HfConfig::parse(&stock).unwrap().model.mask_token_id, None);
+    let by_class = text.replace("\"model_type\": \"wedlm\"", "\"model_type\": \"qwen3\"");
+    assert_eq!(HfConfig::parse(&by_class).unwrap().model.mask_token_id, Some(DEFAULT_MASK_TOKEN_ID));
     let scaled = text.replace("\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}");
     assert!(matches!(HfConfig::parse(&scaled), Err(ModelError::Unsupported(m)) if m.contains("rope_scaling")));
 }

@@ -30,7 +30,7 @@ pub use error::SamplerError;
 pub use filter::{argmax, sample_filtered, FilterConfig};
 pub use logprobs::{log_softmax, logsumexp, top_logprobs};
 pub use params::{SamplingParams, MAX_LOGPROBS};
-pub use penalties::{apply_penalties, needs_penalties};
+pub use penalties::{apply_logit_bias, apply_penalties, needs_penalties};
 pub use rng::{hash_counter, uniform};
 pub use sampler::{sample_row, SampleInput, SampleOutput};
 pub use token_mask::TokenMask;

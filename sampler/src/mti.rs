@@ -12,6 +12,18 @@ pub fn guidance_triggers(entropy_nats: f32, threshold: f32, guidance_scale: f32)
     guidance_scale != 1.0 && entropy_nats > threshold
 }
 
+/// The threshold MTI's reference actually applies: `tau = extra_args.entropy_threshold or -1`
+/// (EnVision-Research/MTI `run_vllm_offline.py`), so in Python an unset tau and tau = 0 both
+/// become -1, "every row" (entropy is never negative), even a one-hot row whose entropy is
+/// exactly 0, which a strict `0 > 0` would skip. Any other tau is used as given.
+pub fn reference_threshold(tau: f32) -> f32 {
+    if tau == 0.0 {
+        -1.0
+    } else {
+        tau
+    }
+}
+
 /// `l = l_u + w * (l_c - l_u)` on the log-softmaxed conditional and unconditional rows
 /// (Sanchez et al.'s CFG form, as MTI's reference code applies it). The result is a logits
 /// row for the ordinary sampler chain; it is not normalised itself, and need not be.
@@ -45,6 +57,21 @@ mod tests {
         assert!(!guidance_triggers(50.0, f32::INFINITY, 1.5));
         assert!(!guidance_triggers(3.0, -1.0, 1.0), "w = 1 is off");
         assert!(!guidance_triggers(f32::NAN, -1.0, 1.5));
+    }
+
+    #[test]
+    fn tau_zero_means_every_row_as_in_the_reference() {
+        // `0 or -1` is -1 in Python; `0.5 or -1` is 0.5, `-1 or -1` is -1.
+        assert_eq!(reference_threshold(0.0), -1.0);
+        assert_eq!(reference_threshold(-0.0), -1.0);
+        assert_eq!(reference_threshold(0.5), 0.5);
+        assert_eq!(reference_threshold(-1.0), -1.0);
+        assert_eq!(reference_threshold(f32::INFINITY), f32::INFINITY);
+        // A one-hot row has entropy exactly 0: guided at tau = 0, as the reference does.
+        let h = crate::entropy_nats(&[0.0, f32::NEG_INFINITY, f32::NEG_INFINITY]);
+        assert_eq!(h, 0.0);
+        assert!(guidance_triggers(h, reference_threshold(0.0), 1.5));
+        assert!(!guidance_triggers(h, 0.0, 1.5), "the strict rule alone would skip it");
     }
 
     #[test]

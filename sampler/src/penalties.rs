@@ -36,8 +36,9 @@ pub fn apply_penalties(logits: &mut [f32], params: &SamplingParams, prompt: &[u3
     }
 }
 
-/// OpenAI semantics: a duplicate id gets each of its biases added.
-fn apply_logit_bias(logits: &mut [f32], bias: &[(u32, f32)]) {
+/// OpenAI semantics: a duplicate id gets each of its biases added. Public on its own for
+/// strategies that honour the bias but not the history penalties (WeDLM's parallel fill).
+pub fn apply_logit_bias(logits: &mut [f32], bias: &[(u32, f32)]) {
     for &(token, b) in bias {
         if let Some(l) = logits.get_mut(token as usize) {
             *l += b;

@@ -35,8 +35,11 @@ pub fn select_positions(entropy: &[f32], mask_slots: &[usize], threshold: Option
 /// A token for one mask row, in the reference's order: temperature 0 is argmax (top-k/top-p
 /// ignored); otherwise top-k on the raw logits (ties with the k-th value kept), then top-p on
 /// those *untempered* logits (the token that crosses `top_p` stays), then divide by the
-/// temperature, softmax, and draw with `uniform` in [0, 1).
-pub fn sample_mask_token(logits: &[f32], temperature: f32, top_k: usize, top_p: f32, uniform: f64) -> u32 {
+/// temperature, softmax, and draw with `uniform` in [0, 1). The reference has no min-p; here
+/// `min_p` (0 = off) drops, after the temperature, the kept tokens whose probability is below
+/// `min_p` times the largest, i.e. min-p on the distribution the token is drawn from (vLLM's
+/// definition). Each row stands alone, so this holds for every mask of a parallel fill.
+pub fn sample_mask_token(logits: &[f32], temperature: f32, top_k: usize, top_p: f32, min_p: f32, uniform: f64) -> u32 {
     if temperature.partial_cmp(&0.0) != Some(Ordering::Greater) {
         return argmax(logits);
     }
@@ -70,7 +73,13 @@ pub fn sample_mask_token(logits: &[f32], temperature: f32, top_k: usize, top_p: 
         kept.truncate(keep.max(1));
     }
     let max = kept.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
-    let weights: Vec<f64> = kept.iter().map(|c| f64::from((c.1 - max) / temperature).exp()).collect();
+    let weight = |l: f32| f64::from((l - max) / temperature).exp();
+    if min_p > 0.0 {
+        // The largest weight is exp(0) = 1, so `p_i / p_max` is the weight itself; the
+        // maximum always survives.
+        kept.retain(|c| weight(c.1) >= f64::from(min_p));
+    }
+    let weights: Vec<f64> = kept.iter().map(|c| weight(c.1)).collect();
     let total: f64 = weights.iter().sum();
     let target = uniform.clamp(0.0, 1.0) * total;
     let mut acc = 0.0;
@@ -114,15 +123,15 @@ mod tests {
 
     #[test]
     fn greedy_is_argmax_whatever_the_filters() {
-        assert_eq!(sample_mask_token(&[0.0, 3.0, 1.0], 0.0, 1, 0.1, 0.99), 1);
+        assert_eq!(sample_mask_token(&[0.0, 3.0, 1.0], 0.0, 1, 0.1, 0.0, 0.99), 1);
     }
 
     #[test]
     fn top_k_keeps_ties_with_the_kth_value() {
         // k = 1 but two tokens share the top logit: both stay, so a high draw reaches the second.
         let l = [2.0, 0.0, 2.0];
-        assert_eq!(sample_mask_token(&l, 1.0, 1, 1.0, 0.1), 0);
-        assert_eq!(sample_mask_token(&l, 1.0, 1, 1.0, 0.9), 2);
+        assert_eq!(sample_mask_token(&l, 1.0, 1, 1.0, 0.0, 0.1), 0);
+        assert_eq!(sample_mask_token(&l, 1.0, 1, 1.0, 0.0, 0.9), 2);
     }
 
     #[test]
@@ -131,11 +140,24 @@ mod tests {
         // 0.8 > 0.6 drops the third. A high temperature must not change the kept set.
         let l = [0.5f32.ln(), 0.3f32.ln(), 0.2f32.ln()];
         for t in [1.0, 50.0] {
-            let seen: Vec<u32> = (0..100).map(|i| sample_mask_token(&l, t, 0, 0.6, i as f64 / 100.0)).collect();
+            let seen: Vec<u32> = (0..100).map(|i| sample_mask_token(&l, t, 0, 0.6, 0.0, i as f64 / 100.0)).collect();
             assert!(seen.contains(&0) && seen.contains(&1) && !seen.contains(&2), "T={t}");
         }
         // Renormalised over the kept pair: P(0) = 0.5 / 0.8 at T = 1.
-        assert_eq!(sample_mask_token(&l, 1.0, 0, 0.6, 0.62), 0);
-        assert_eq!(sample_mask_token(&l, 1.0, 0, 0.6, 0.63), 1);
+        assert_eq!(sample_mask_token(&l, 1.0, 0, 0.6, 0.0, 0.62), 0);
+        assert_eq!(sample_mask_token(&l, 1.0, 0, 0.6, 0.0, 0.63), 1);
+    }
+
+    #[test]
+    fn min_p_is_relative_to_the_tempered_maximum() {
+        // p = (0.5, 0.3, 0.2). At T = 1 the ratios to the max are (1, 0.6, 0.4): min_p 0.5
+        // keeps tokens 0 and 1, renormalised to (0.625, 0.375). At T = 0.5 the ratios square
+        // to (1, 0.36, 0.16): only token 0 is left.
+        let l = [0.5f32.ln(), 0.3f32.ln(), 0.2f32.ln()];
+        assert_eq!(sample_mask_token(&l, 1.0, 0, 1.0, 0.5, 0.62), 0);
+        assert_eq!(sample_mask_token(&l, 1.0, 0, 1.0, 0.5, 0.63), 1);
+        assert_eq!(sample_mask_token(&l, 1.0, 0, 1.0, 0.5, 0.999), 1);
+        assert_eq!(sample_mask_token(&l, 1.0, 0, 1.0, 0.0, 0.999), 2, "min_p 0 is off");
+        assert_eq!(sample_mask_token(&l, 0.5, 0, 1.0, 0.5, 0.999), 0);
     }
 }

@@ -3,7 +3,8 @@
 //! tokens, top-p keeps the head, the pause token never comes twice in a row, the RNG advances.
 
 use entrobatch_sampler::entropix::{
-    attention_stats, candidate_score, entropix_sample, AttentionStats, Branch, EntropixConfig, EntropixInput,
+    attention_stats, candidate_score, entropix_sample, AdaptiveScore, AttentionStats, Branch, EntropixConfig,
+    EntropixInput,
 };
 
 /// Logits whose softmax is exactly `probs` (up to f32 rounding).
@@ -209,8 +210,9 @@ fn adaptive_min_p_removes_tokens() {
 }
 
 #[test]
-fn adaptive_keeps_the_best_scoring_candidate_and_the_score_depends_on_it() {
-    // One token at 0.25, three at 0.2/3, fifty sharing 0.55: H ~ 4.9 bits, VH ~ 3.7, so
+fn surprisal_score_keeps_the_best_scoring_candidate_and_the_score_depends_on_it() {
+    // The opt-in `adaptive_score = "surprisal"` rule (the default is the reference's, tested
+    // in `entropix_reference_pick.rs`). One token at 0.25, three at 0.2/3, fifty sharing 0.55: H ~ 4.9 bits, VH ~ 3.7, so
     // the typical middle tokens (s ~ H) outscore the atypically likely head.
     let mut probs = vec![0.55 / 50.0; 54];
     probs[0] = 0.25;
@@ -219,7 +221,7 @@ fn adaptive_keeps_the_best_scoring_candidate_and_the_score_depends_on_it() {
     let (h, v) = ent_vent(&logits);
     assert!(h > 0.1 && h < 5.0 && v < 5.0, "H {h} VH {v}");
     let attn = hand_attention();
-    let cfg = EntropixConfig::default();
+    let cfg = EntropixConfig { adaptive_score: AdaptiveScore::Surprisal, ..EntropixConfig::default() };
     let lp: Vec<f64> = softmax(&logits, 1.0).iter().map(|p| p.ln()).collect();
     let mut not_most_likely = 0;
     for step in 0..300 {

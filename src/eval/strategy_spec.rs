@@ -65,7 +65,12 @@ fn entropix(options: &[(&str, &str)]) -> Result<EntropixConfig> {
     for &(key, value) in options {
         let key = if key == "samples" { "n_adaptive_samples" } else { key };
         let Some(slot) = fields.get_mut(key) else { bail!("entropix has no option '{key}'") };
-        *slot = if slot.is_u64() {
+        *slot = if slot.is_string() {
+            // A named choice (`adaptive_score=surprisal`): serde checks the name below.
+            Value::from(value)
+        } else if slot.is_u64() || slot.is_null() {
+            // Counts, and the optional ids / sizes that default to none
+            // (`pause_token_id`, `attention_pad_to`).
             Value::from(value.parse::<u64>().map_err(|_| anyhow!("{key}={value}: not a count"))?)
         } else {
             Value::from(f64::from(float(key, value)?))
@@ -106,4 +111,21 @@ fn wedlm(options: &[(&str, &str)]) -> Result<WedlmConfig> {
         }
     }
     Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampler::entropix::AdaptiveScore;
+
+    #[test]
+    fn entropix_options_reach_named_and_optional_fields() {
+        let spec = parse_strategy("entropix:adaptive_score=surprisal:attention_pad_to=4096:samples=3").unwrap();
+        let Decoding::Entropix(cfg) = spec.decoding else { panic!("not entropix") };
+        assert_eq!(cfg.adaptive_score, AdaptiveScore::Surprisal);
+        assert_eq!(cfg.attention_pad_to, Some(4096));
+        assert_eq!(cfg.n_adaptive_samples, 3);
+        assert!(parse_strategy("entropix:adaptive_score=best").is_err());
+        assert!(parse_strategy("entropix:attention_pad_to=x").is_err());
+    }
 }

@@ -2,6 +2,7 @@
 //! engine cannot check is checked here (`n`, integer signs, the `decoding` object's shape);
 //! ranges of sampling and strategy parameters are `Engine::validate`'s job, on submit.
 
+use crate::strategy::WEDLM_DEFAULT_TEMPERATURE;
 use crate::{Decoding, GenerationParams, SamplingParams};
 
 use super::defaults::GenerationDefaults;
@@ -58,9 +59,23 @@ pub fn parse_common(
         })?;
         logit_bias.push((id, bias));
     }
+    let decoding = match c.decoding.take() {
+        None | Some(serde_json::Value::Null) => Decoding::default(),
+        // Deserialized through the enum itself, so every strategy added to it is accepted
+        // here with no server change; an unknown one is a 400.
+        Some(v) => serde_json::from_value(v).map_err(|e| {
+            ApiError::invalid_param("decoding", format!("invalid decoding: {e}")).with_code("invalid_decoding")
+        })?,
+    };
     let defaults = SamplingParams::default();
+    // WeDLM's reference samples mask rows at 0.2 unless told otherwise; a temperature the
+    // client (or the server's generation defaults) set is always used as given.
+    let default_temperature = match decoding {
+        Decoding::Wedlm(_) => WEDLM_DEFAULT_TEMPERATURE,
+        _ => defaults.temperature,
+    };
     let sampling = SamplingParams {
-        temperature: c.temperature.unwrap_or(defaults.temperature),
+        temperature: c.temperature.unwrap_or(default_temperature),
         top_k,
         top_p: c.top_p.unwrap_or(defaults.top_p),
         min_p: c.min_p.unwrap_or(defaults.min_p),
@@ -72,14 +87,6 @@ pub fn parse_common(
         logprobs,
         logit_bias,
         ..defaults
-    };
-    let decoding = match c.decoding.take() {
-        None | Some(serde_json::Value::Null) => Decoding::default(),
-        // Deserialized through the enum itself, so every strategy added to it is accepted
-        // here with no server change; an unknown one is a 400.
-        Some(v) => serde_json::from_value(v).map_err(|e| {
-            ApiError::invalid_param("decoding", format!("invalid decoding: {e}")).with_code("invalid_decoding")
-        })?,
     };
     let params = GenerationParams {
         sampling,
@@ -154,5 +161,32 @@ pub fn completion_prompt(prompt: PromptField) -> Result<Prompt, ApiError> {
         PromptField::Texts(v) => Err(one(v.len())),
         PromptField::IdLists(mut v) if v.len() == 1 => Ok(Prompt::TokenIds(v.remove(0))),
         PromptField::IdLists(v) => Err(one(v.len())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn temperature_of(body: serde_json::Value, defaults: &GenerationDefaults) -> f32 {
+        let mut c: CommonParams = serde_json::from_value(body).expect("common params");
+        parse_common(&mut c, None, defaults).map_err(|e| e.message).expect("parses").params.sampling.temperature
+    }
+
+    #[test]
+    fn wedlm_takes_the_reference_temperature_only_when_none_was_set() {
+        let none = GenerationDefaults::default();
+        let wedlm = json!({"decoding": {"strategy": "wedlm"}});
+        // Tencent/WeDLM `wedlm/sampling_params.py`: `temperature: float = 0.2`.
+        assert_eq!(temperature_of(wedlm.clone(), &none), 0.2);
+        assert_eq!(temperature_of(json!({"decoding": {"strategy": "wedlm"}, "temperature": 1.0}), &none), 1.0);
+        assert_eq!(temperature_of(json!({"decoding": {"strategy": "wedlm"}, "temperature": 0.0}), &none), 0.0);
+        // A server-wide default counts as set.
+        let server = GenerationDefaults { temperature: Some(0.7), ..GenerationDefaults::default() };
+        assert_eq!(temperature_of(wedlm, &server), 0.7);
+        // Other strategies keep their default.
+        assert_eq!(temperature_of(json!({}), &none), 1.0);
+        assert_eq!(temperature_of(json!({"decoding": {"strategy": "entropix"}}), &none), 1.0);
     }
 }

@@ -149,6 +149,7 @@ pub fn dense_wedlm(
                 context_len: 0,
                 block_table: Vec::new(),
                 want_attn_metrics: false,
+                attn_pad_to: None,
             }],
             logits_rows: (first_mask_row..rows).collect(),
         };
@@ -226,6 +227,7 @@ pub fn dense_greedy(model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
                 context_len: 0,
                 block_table: Vec::new(),
                 want_attn_metrics: false,
+                attn_pad_to: None,
             }],
             logits_rows: vec![rows - 1],
         };

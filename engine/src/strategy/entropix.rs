@@ -66,6 +66,10 @@ impl SequenceStrategy for EntropixStrategy {
         true
     }
 
+    fn attn_pad_to(&self) -> Option<usize> {
+        self.config.attention_pad_to
+    }
+
     fn process(&mut self, input: StrategyInput<'_>) -> Result<StrategyOutput, StrategyError> {
         let Some(&logits) = input.logits.first() else {
             return Ok(StrategyOutput::default());
@@ -123,5 +127,61 @@ impl SequenceStrategy for EntropixStrategy {
         let counts: serde_json::Map<String, serde_json::Value> =
             Branch::ALL.iter().zip(self.branch_counts).map(|(b, n)| (b.as_str().to_string(), n.into())).collect();
         Some(serde_json::json!({ "strategy": "entropix", "entropix_branches": counts }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use entrobatch_sampler::SamplingParams;
+
+    /// The first token after prefill goes through the quadrants like every other, not the
+    /// reference mains' argmax (`main.py` takes `argmax` of the prefill logits before the
+    /// sampler is ever called): its metrics are those of an ordinary decode row here, and an
+    /// argmax would give every seed of a sampled request the same first token.
+    #[test]
+    fn the_first_token_after_prefill_follows_the_branches_not_argmax() {
+        // An adaptive-quadrant row (H ~ 4.9 bits, VH ~ 3.7): one token at 0.25, three at 0.2/3,
+        // fifty sharing 0.55. Its argmax is token 0.
+        let mut probs = vec![0.55f64 / 50.0; 54];
+        probs[0] = 0.25;
+        probs[1..4].fill(0.2 / 3.0);
+        let logits: Vec<f32> = probs.iter().map(|p| p.ln() as f32).collect();
+        let sampling = SamplingParams::default();
+        let mut not_argmax = 0;
+        for seed in 0..60 {
+            let mut s =
+                EntropixStrategy { config: EntropixConfig::default(), pause_token: None, branch_counts: [0; 6] };
+            let input = StrategyInput {
+                logits: vec![&logits],
+                attn_metrics: None,
+                prompt_token_ids: &[5, 6],
+                output_token_ids: &[],
+                sampling: &sampling,
+                seed,
+                return_metrics: true,
+                mask: None,
+            };
+            let out = s.process(input).unwrap();
+            let token = &out.tokens[0];
+            let want = entropix_sample(
+                &EntropixInput {
+                    logits: &logits,
+                    penalised: None,
+                    attention: None,
+                    previous_token: Some(6),
+                    pause_token: None,
+                    seed,
+                    step: 0,
+                },
+                &EntropixConfig::default(),
+            )
+            .unwrap();
+            assert_eq!(want.branch, Branch::Adaptive);
+            assert_eq!(token.token_id, want.token_id, "seed {seed}");
+            assert_eq!(token.metrics.as_ref().and_then(|m| m.branch.as_deref()), Some("adaptive"));
+            not_argmax += usize::from(token.token_id != 0);
+        }
+        assert!(not_argmax >= 5, "only {not_argmax} of 60 first tokens differ from the argmax");
     }
 }

@@ -11,6 +11,13 @@ pub enum StrategyError {
     /// The strategy needs something this model does not have.
     #[error("{strategy}: {reason}")]
     Unsupported { strategy: &'static str, reason: String },
+    /// WeDLM needs a `[MASK]` token, which only WeDLM checkpoints have (a stock Qwen's 151665
+    /// is an ordinary token, so no fallback is taken for it).
+    #[error(
+        "{strategy}: this model has no mask token: {strategy} needs a WeDLM checkpoint (config.json \
+         `model_type` \"wedlm\", with `mask_token_id` or the 151665 fallback); use plain, entropix or mti"
+    )]
+    NoMaskToken { strategy: &'static str },
     #[error("sampling failed: {0}")]
     Sampling(#[from] SamplerError),
     /// The forward handed the strategy rows it did not ask for (an engine bug, not the client's).

@@ -7,6 +7,7 @@ mod error;
 mod mti;
 mod plain;
 mod wedlm;
+mod wedlm_config;
 
 use entrobatch_model_runner::AttnMetrics;
 use entrobatch_sampler::{SamplingParams, TokenMask};
@@ -18,7 +19,8 @@ pub use entropix::{find_pause_token, EntropixStrategy, PAUSE_TOKEN_TEXTS};
 pub use error::StrategyError;
 pub use mti::{MtiConfig, MtiStrategy, TriggerStats};
 pub use plain::PlainStrategy;
-pub use wedlm::{WedlmConfig, WedlmStrategy};
+pub use wedlm::WedlmStrategy;
+pub use wedlm_config::{unsupported_sampling, WedlmConfig, WEDLM_DEFAULT_TEMPERATURE};
 
 /// The decoding strategy a request asks for, with its parameters.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -102,6 +104,12 @@ pub trait SequenceStrategy: Send {
         false
     }
 
+    /// The cache size those metrics are computed over, empty slots scoring 0 (entropix's
+    /// `attention_pad_to`); `None`: the keys that exist.
+    fn attn_pad_to(&self) -> Option<usize> {
+        None
+    }
+
     /// Rows of the span (token rows then scratch rows, 0-based) whose logits `process` needs.
     fn logits_rows(&self, plan: &SpanPlan<'_>, num_scratch: usize) -> Vec<usize> {
         let _ = num_scratch;
@@ -161,12 +169,7 @@ pub fn build_strategy(
         Decoding::Entropix(config) => Ok(Box::new(EntropixStrategy::new(config.clone(), ctx)?)),
         Decoding::Mti(config) => Ok(Box::new(MtiStrategy::build(config, ctx.tokenizer)?)),
         Decoding::Wedlm(config) => {
-            let mask = ctx.mask_token_id.ok_or_else(|| StrategyError::Unsupported {
-                strategy: "wedlm",
-                reason: "this model has no mask token (a WeDLM checkpoint names `mask_token_id` in its \
-                         config.json); use plain decoding"
-                    .into(),
-            })?;
+            let mask = ctx.mask_token_id.ok_or(StrategyError::NoMaskToken { strategy: "wedlm" })?;
             let metrics = ctx.metrics.clone();
             Ok(Box::new(WedlmStrategy::new(config, mask, ctx.max_tokens, ctx.max_model_len, metrics)?))
         }

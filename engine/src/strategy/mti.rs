@@ -23,7 +23,7 @@
 use std::borrow::Cow;
 
 use entrobatch_sampler::entropy_varentropy_nats;
-use entrobatch_sampler::mti::{cfg_blend, guidance_triggers};
+use entrobatch_sampler::mti::{cfg_blend, guidance_triggers, reference_threshold};
 use serde::{Deserialize, Serialize};
 
 use super::plain::{sample_plain, PlainStrategy};
@@ -35,7 +35,8 @@ use crate::event::{GeneratedToken, TokenMetrics};
 #[serde(default, deny_unknown_fields)]
 pub struct MtiConfig {
     /// tau, in nats over the raw conditional distribution; guidance fires when `H > tau`.
-    /// Negative: every token (classic CFG). `+inf`: never.
+    /// Negative or 0: every token (classic CFG; 0 as in the reference's `tau or -1`, so even a
+    /// row of entropy exactly 0 is guided). `+inf`: never.
     pub entropy_threshold: f32,
     /// omega in `l_u + omega * (l_c - l_u)`; 1 turns MTI off entirely (no extra rows).
     pub guidance_scale: f32,
@@ -110,7 +111,8 @@ impl MtiStrategy {
     pub fn new(config: &MtiConfig, negative: Vec<u32>) -> Self {
         let active = config.is_active() && !negative.is_empty();
         let mut strategy = Self {
-            threshold: config.entropy_threshold,
+            // tau = 0 is the reference's "every row" (`tau or -1`), not "H > 0".
+            threshold: reference_threshold(config.entropy_threshold),
             scale: if active { config.guidance_scale } else { 1.0 },
             predict: true,
             fuse_next: false,
@@ -289,103 +291,5 @@ impl TriggerStats {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use entrobatch_sampler::SamplingParams;
-
-    const FLAT: [f32; 4] = [1.0, 1.0, 1.0, 0.9];
-
-    fn input<'a>(logits: Vec<&'a [f32]>, sampling: &'a SamplingParams, output: &'a [u32]) -> StrategyInput<'a> {
-        StrategyInput {
-            logits,
-            attn_metrics: None,
-            prompt_token_ids: &[1, 2],
-            output_token_ids: output,
-            sampling,
-            seed: 3,
-            return_metrics: false,
-            mask: None,
-        }
-    }
-
-    fn plan(context_len: usize, token_ids: &[u32], scratch_rows: usize) -> SpanPlan<'_> {
-        SpanPlan { context_len, token_ids, scratch_rows, needs_sample: true }
-    }
-
-    #[test]
-    fn triggered_row_waits_for_its_scratch_rows_and_preemption_drops_it() {
-        let sampling = SamplingParams::greedy();
-        let config = MtiConfig { entropy_threshold: 0.5, ..MtiConfig::default() };
-        let mut s = MtiStrategy::new(&config, vec![7, 8, 9]).with_trigger_prediction(false);
-        assert!(s.scratch_rows(&plan(0, &[1, 2], 0)).is_empty());
-        let out = s.process(input(vec![&FLAT], &sampling, &[])).unwrap();
-        assert!(out.tokens.is_empty());
-        assert_eq!(out.next_scratch_rows, 3);
-        // Not granted this step: nothing to run.
-        assert!(s.scratch_rows(&plan(2, &[], 0)).is_empty());
-        let rows = s.scratch_rows(&plan(2, &[], 3));
-        let positions: Vec<u32> = rows.iter().map(|r| r.position).collect();
-        assert_eq!(positions, [2, 3, 4]);
-        assert_eq!(s.logits_rows(&plan(2, &[], 3), 3), [2]);
-        // The unconditional row favours token 3, so the blend (w = 1.5) moves away from it.
-        let uncond = [0.0f32, 0.0, 0.0, 5.0];
-        let out = s.process(input(vec![&uncond], &sampling, &[])).unwrap();
-        assert_eq!(out.next_scratch_rows, 0);
-        assert_eq!(out.tokens[0].token_id, 0);
-        assert_eq!(out.tokens[0].metrics.as_ref().and_then(|m| m.guided), Some(true));
-
-        let _ = s.scratch_rows(&plan(3, &[0], 0));
-        assert!(s.process(input(vec![&FLAT], &sampling, &[0])).unwrap().tokens.is_empty());
-        s.on_preempted();
-        // Recomputed: the last row is sampled afresh, and triggers afresh.
-        assert!(s.scratch_rows(&plan(0, &[1, 2, 0], 0)).is_empty());
-        let out = s.process(input(vec![&FLAT], &sampling, &[0])).unwrap();
-        assert_eq!(out.next_scratch_rows, 3);
-        assert_eq!(s.summary().unwrap()["triggered"], 1);
-    }
-
-    #[test]
-    fn negative_threshold_runs_scratch_rows_beside_the_decode_row() {
-        let sampling = SamplingParams::greedy();
-        let config = MtiConfig { entropy_threshold: -1.0, ..MtiConfig::default() };
-        let mut s = MtiStrategy::new(&config, vec![7, 8]);
-        let rows = s.scratch_rows(&plan(5, &[4], 2));
-        assert_eq!(rows, [ScratchRow { token_id: 7, position: 6 }, ScratchRow { token_id: 8, position: 7 }]);
-        assert_eq!(s.logits_rows(&plan(5, &[4], 2), 2), [0, 2]);
-        let peaked = [0.0f32, 0.0, 9.0, 0.0];
-        let out = s.process(input(vec![&peaked, &FLAT], &sampling, &[4])).unwrap();
-        assert_eq!(out.tokens.len(), 1, "fused rows emit at once");
-        assert_eq!(out.next_scratch_rows, 2, "and ask for the next token's rows");
-    }
-
-    #[test]
-    fn after_a_guided_token_the_next_decode_row_brings_its_scratch_rows() {
-        let sampling = SamplingParams::greedy();
-        let config = MtiConfig { entropy_threshold: 0.5, ..MtiConfig::default() };
-        let mut s = MtiStrategy::new(&config, vec![7, 8]);
-        // First token: deferred, as without prediction.
-        assert!(s.scratch_rows(&plan(0, &[1, 2], 2)).is_empty());
-        assert!(s.process(input(vec![&FLAT], &sampling, &[])).unwrap().tokens.is_empty());
-        assert_eq!(s.scratch_rows(&plan(2, &[], 2)).len(), 2);
-        let uncond = [0.0f32, 0.0, 0.0, 5.0];
-        let out = s.process(input(vec![&uncond], &sampling, &[])).unwrap();
-        assert_eq!(out.tokens[0].metrics.as_ref().and_then(|m| m.guided), Some(true));
-        assert_eq!(out.next_scratch_rows, 2, "a guided token predicts another");
-        // Predicted and right: the blend is emitted in the same step.
-        let rows = s.scratch_rows(&plan(3, &[0], 2));
-        assert_eq!(rows, [ScratchRow { token_id: 7, position: 4 }, ScratchRow { token_id: 8, position: 5 }]);
-        let out = s.process(input(vec![&FLAT, &uncond], &sampling, &[0])).unwrap();
-        assert_eq!(out.tokens.len(), 1);
-        assert_eq!(out.tokens[0].token_id, 0, "drawn from the blend, away from the unconditional favourite");
-        assert_eq!(out.tokens[0].metrics.as_ref().and_then(|m| m.guided), Some(true));
-        // Predicted and wrong: a confident row ignores the unconditional one.
-        assert_eq!(s.scratch_rows(&plan(4, &[0], 2)).len(), 2);
-        let peaked = [0.0f32, 0.0, 0.0, 30.0];
-        let out = s.process(input(vec![&peaked, &[9.0, 0.0, 0.0, 0.0]], &sampling, &[0, 0])).unwrap();
-        assert_eq!(out.tokens[0].token_id, 3);
-        assert_eq!(out.tokens[0].metrics.as_ref().and_then(|m| m.guided), Some(false));
-        assert_eq!(out.next_scratch_rows, 0, "an unguided token predicts none");
-        assert!(s.scratch_rows(&plan(5, &[3], 2)).is_empty());
-        assert_eq!(s.summary().unwrap()["triggered"], 2);
-    }
-}
+#[path = "mti_tests.rs"]
+mod tests;

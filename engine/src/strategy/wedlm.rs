@@ -17,56 +17,13 @@
 use std::sync::Arc;
 
 use entrobatch_sampler::wedlm::{sample_mask_token, select_positions};
-use entrobatch_sampler::{entropy_nats, log_softmax, top_logprobs, uniform};
-use serde::{Deserialize, Serialize};
+use entrobatch_sampler::{apply_logit_bias, entropy_nats, log_softmax, top_logprobs, uniform};
 
 use super::plain::logit_metrics;
+use super::wedlm_config::WedlmConfig;
 use super::{ScratchRow, SequenceStrategy, SpanPlan, StrategyError, StrategyInput, StrategyOutput};
 use crate::event::{GeneratedToken, TokenLogprob};
 use crate::metrics::EngineMetrics;
-
-/// Per-request WeDLM settings (defaults: the reference engine's).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct WedlmConfig {
-    /// W: window slots after the committed tokens.
-    pub window_size: usize,
-    /// tau in nats: fill every mask with `H + lambda * distance < tau`; `None` fills exactly
-    /// one (the lowest penalised entropy) per forward.
-    pub entropy_threshold: Option<f32>,
-    /// lambda: penalty per window slot of distance from the leftmost mask.
-    pub pos_penalty: f32,
-}
-
-impl Default for WedlmConfig {
-    fn default() -> Self {
-        Self { window_size: 16, entropy_threshold: Some(0.4), pos_penalty: 0.02 }
-    }
-}
-
-impl WedlmConfig {
-    pub fn validate(&self) -> Result<(), StrategyError> {
-        if self.window_size == 0 {
-            return Err(StrategyError::config("wedlm", "window_size must be at least 1"));
-        }
-        if let Some(t) = self.entropy_threshold {
-            // +inf is allowed: every mask is filled every forward.
-            if t.is_nan() || t < 0.0 {
-                return Err(StrategyError::config(
-                    "wedlm",
-                    format!("entropy_threshold must be >= 0 (or none), got {t}"),
-                ));
-            }
-        }
-        if !(self.pos_penalty.is_finite() && self.pos_penalty >= 0.0) {
-            return Err(StrategyError::config(
-                "wedlm",
-                format!("pos_penalty must be finite and >= 0, got {}", self.pos_penalty),
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// Where this step's window rows sit in the span, from `scratch_rows` to `process`.
 struct Layout {
@@ -207,11 +164,22 @@ impl SequenceStrategy for WedlmStrategy {
         let sampling = input.sampling;
         let mut entropy = Vec::with_capacity(input.logits.len());
         let mut sampled = Vec::with_capacity(input.logits.len());
-        for (logits, &slot) in input.logits.iter().zip(&layout.mask_slots) {
-            entropy.push(entropy_nats(logits));
+        for (&logits, &slot) in input.logits.iter().zip(&layout.mask_slots) {
+            // `logit_bias` is per token, the same for every mask row, so it applies as it would
+            // one token at a time. The entropy that decides the fill is taken on the biased row
+            // too: a position is filled when the distribution it is drawn from is confident
+            // (with no bias this is the reference's raw-logit entropy).
+            let biased = (!sampling.logit_bias.is_empty()).then(|| {
+                let mut row = logits.to_vec();
+                apply_logit_bias(&mut row, &sampling.logit_bias);
+                row
+            });
+            let row = biased.as_deref().unwrap_or(logits);
+            entropy.push(entropy_nats(row));
             // A counter draw per (forward, position): independent of batch composition.
             let u = uniform(input.seed, self.forwards, (layout.ctx + slot) as u64);
-            sampled.push(sample_mask_token(logits, sampling.temperature, sampling.top_k, sampling.top_p, u));
+            let (t, k, p, min_p) = (sampling.temperature, sampling.top_k, sampling.top_p, sampling.min_p);
+            sampled.push(sample_mask_token(row, t, k, p, min_p, u));
         }
         let chosen =
             select_positions(&entropy, &layout.mask_slots, self.config.entropy_threshold, self.config.pos_penalty);

@@ -1,11 +1,20 @@
 //! The adaptive branch: draw N candidates with the adapted parameters and keep the best.
 //!
-//! The reference scores candidate i as `log p(x_i) + C`, where the "confidence" C is a
-//! weighted sum of the step's metrics. C is the same for every candidate, so the choice is
-//! just "the most likely of N draws", which drifts toward greedy as N grows. Here the logit
-//! part of C is taken per candidate: the distribution-level entropy H and varentropy VH are
-//! replaced by the candidate's own surprisal `s_i = -log2 p(x_i)` and squared deviation
-//! `(s_i - H)^2`, whose expectations under the model are exactly H and VH:
+//! Two scoring rules, chosen by `EntropixConfig::adaptive_score`. The reference's
+//! "confidence" is a weighted sum of the step's metrics:
+//!
+//! ```text
+//! C = w_ent (1 - H) + w_aent (1 - attn_ent) + w_vent (1 - VH) + w_avent (1 - attn_vent)
+//!   + w_agr agreement + w_int interaction_strength
+//! ```
+//!
+//! `reference` (the default) is the reference's own rule (xjdr-alt/entropix `sampler.py` @
+//! cceeb84, `adaptive_sample`): `score_i = ln p(x_i) + C`. C is the same for every candidate,
+//! so the winner is simply the most likely of the N draws (it drifts toward greedy as N grows).
+//!
+//! `surprisal` takes the logit part of C per candidate: H and VH are replaced by the
+//! candidate's own surprisal `s_i = -log2 p(x_i)` and squared deviation `(s_i - H)^2`, whose
+//! expectations under the model are exactly H and VH:
 //!
 //! ```text
 //! score_i = ln p(x_i)
@@ -17,10 +26,13 @@
 //! So `E_x[score]` keeps the reference's confidence value, while the `(s_i - H)^2` term
 //! penalises atypical candidates on both sides. The maximum over s lies at
 //! `s* = H - (ln 2 + w_ent) / (2 w_vent)` (about H - 1.32 bits with the defaults): when the
-//! model is nearly sure (H small) the most likely candidate wins as before; when it is
-//! unsure, a candidate of typical surprisal can beat a slightly more likely outlier.
-//! `p` is the raw model distribution (temperature 1, before penalties); ties keep the
-//! earliest draw.
+//! model is nearly sure (H small) the most likely candidate wins as before; when it is unsure,
+//! a candidate of typical surprisal can beat a slightly more likely outlier.
+//!
+//! In both, `p` is the raw model distribution (temperature 1, before penalties) and ties keep
+//! the earliest draw (the reference's `argmax` over the scores).
+
+use serde::{Deserialize, Serialize};
 
 use super::config::EntropixConfig;
 use super::metrics::{AttentionStats, LogitStats};
@@ -37,19 +49,38 @@ pub struct Candidate {
     pub score: f32,
 }
 
-/// The documented score of a candidate with raw log-probability `logprob` (nats).
+/// How the adaptive branch scores its candidates (see the module comment).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdaptiveScore {
+    /// The reference's sample-independent confidence: the most likely draw wins.
+    #[default]
+    Reference,
+    /// A per-candidate surprisal term: a draw of typical surprisal can win.
+    Surprisal,
+}
+
+/// The score of a candidate with raw log-probability `logprob` (nats) under `cfg`'s rule.
 pub fn candidate_score(cfg: &EntropixConfig, logprob: f32, logit: &LogitStats, attn: &AttentionStats) -> f32 {
     let logprob = f64::from(logprob);
-    let surprisal = -logprob / std::f64::consts::LN_2;
-    let deviation = surprisal - f64::from(logit.entropy);
     let w = |x: f32| f64::from(x);
-    let per_sample =
-        w(cfg.ada_score_logits_ent) * (1.0 - surprisal) + w(cfg.ada_score_logits_vent) * (1.0 - deviation * deviation);
+    let logit_part = match cfg.adaptive_score {
+        AdaptiveScore::Reference => {
+            w(cfg.ada_score_logits_ent) * (1.0 - w(logit.entropy))
+                + w(cfg.ada_score_logits_vent) * (1.0 - w(logit.varentropy))
+        }
+        AdaptiveScore::Surprisal => {
+            let surprisal = -logprob / std::f64::consts::LN_2;
+            let deviation = surprisal - w(logit.entropy);
+            w(cfg.ada_score_logits_ent) * (1.0 - surprisal)
+                + w(cfg.ada_score_logits_vent) * (1.0 - deviation * deviation)
+        }
+    };
     let shared = w(cfg.ada_score_attn_ent) * (1.0 - w(attn.entropy))
         + w(cfg.ada_score_attn_vent) * (1.0 - w(attn.varentropy))
         + w(cfg.ada_score_agree) * w(attn.agreement)
         + w(cfg.ada_score_int) * w(attn.interaction_strength);
-    (logprob + per_sample + shared) as f32
+    (logprob + logit_part + shared) as f32
 }
 
 /// What the adaptive branch needs about the row.

@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::adaptive::AdaptiveScore;
 use crate::error::SamplerError;
 
 /// The most candidates the adaptive branch may draw (the "Entropixplained" write-up's 12).
@@ -73,6 +74,9 @@ pub struct EntropixConfig {
     pub ada_min_p: f32,
     pub ada_min_min_p: f32,
     pub ada_max_min_p: f32,
+    /// How candidates are scored: `"reference"` (default: the most likely draw wins) or
+    /// `"surprisal"` (a per-candidate surprisal term; see `adaptive`).
+    pub adaptive_score: AdaptiveScore,
     /// Weights of the candidate score (see `adaptive::candidate_score`).
     pub ada_score_logits_ent: f32,
     pub ada_score_attn_ent: f32,
@@ -81,6 +85,10 @@ pub struct EntropixConfig {
     pub ada_score_agree: f32,
     pub ada_score_int: f32,
 
+    /// Attention metrics as the reference computes them: over a cache of this many slots
+    /// (the reference's `max_seq_len`, 4096) whose empty slots score 0, so its thresholds
+    /// apply as calibrated. `None` (default): over the keys that exist.
+    pub attention_pad_to: Option<usize>,
     /// Explicit pause / clarification token id; `None` lets the engine look one up in the
     /// model's tokenizer (`" ..."`, then `"..."`, `" ?"`, `"?"`).
     pub pause_token_id: Option<u32>,
@@ -125,12 +133,14 @@ impl Default for EntropixConfig {
             ada_min_p: 0.5,
             ada_min_min_p: 0.01,
             ada_max_min_p: 0.5,
+            adaptive_score: AdaptiveScore::Reference,
             ada_score_logits_ent: 0.1,
             ada_score_attn_ent: 0.2,
             ada_score_logits_vent: 0.3,
             ada_score_attn_vent: 0.4,
             ada_score_agree: 0.5,
             ada_score_int: 0.6,
+            attention_pad_to: None,
             pause_token_id: None,
         }
     }
@@ -217,6 +227,12 @@ impl EntropixConfig {
             return Err(SamplerError::invalid(
                 "n_adaptive_samples",
                 format!("must be in [1, {MAX_ADAPTIVE_SAMPLES}], got {}", self.n_adaptive_samples),
+            ));
+        }
+        if self.attention_pad_to == Some(0) {
+            return Err(SamplerError::invalid(
+                "attention_pad_to",
+                "must be >= 1 (leave it out for existing keys only)",
             ));
         }
         if self.ada_max_top_k == 0 {

@@ -14,8 +14,9 @@
 //! really removes tokens, top-p keeps the head of the descending distribution, every draw
 //! comes from the request's counter RNG `uniform(seed, step, draw)` (new numbers every step),
 //! metrics are per sequence and never batch-averaged, attention metrics use only the
-//! positions that exist (masked mode), and the adaptive score depends on the candidate
-//! (`adaptive::candidate_score`).
+//! positions that exist (masked mode) unless `attention_pad_to` asks for the reference's
+//! padded cache. The adaptive pick is the reference's (most likely of N draws) by default;
+//! `adaptive_score = "surprisal"` scores each candidate by its own surprisal instead.
 
 mod adaptive;
 mod branch;
@@ -25,7 +26,7 @@ mod metrics;
 mod shortlist;
 mod step;
 
-pub use adaptive::{candidate_score, Candidate};
+pub use adaptive::{candidate_score, AdaptiveScore, Candidate};
 pub use branch::{classify, Branch, Quadrant};
 pub use config::{EntropixConfig, MAX_ADAPTIVE_SAMPLES};
 pub use filters::{adaptive_filter, explore_filter, pause_sample_filter, resample_filter};
