@@ -24,7 +24,9 @@ pub struct PerplexityReport {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PerplexityError {
-    #[error("the text has {tokens} tokens: at least 2 x --ctx-size ({ctx_size}) are needed, as llama-perplexity requires")]
+    #[error(
+        "the text has {tokens} tokens: at least 2 x --ctx-size ({ctx_size}) are needed, as llama-perplexity requires"
+    )]
     TooShort { tokens: usize, ctx_size: usize },
     #[error("--ctx-size must be at least 4, got {0}")]
     BadContext(usize),
@@ -74,12 +76,13 @@ impl NllSum {
     }
 }
 
-/// Scores `text` with `engine`: every chunk submitted at once (the engine batches them),
-/// `progress` shows chunks done.
+/// Scores `text` with `engine`: every chunk submitted at once (the engine batches them), at
+/// most `max_chunks` of them (llama-perplexity's `--chunks`), `progress` shows chunks done.
 pub fn perplexity(
     engine: &Engine,
     text: &str,
     ctx_size: usize,
+    max_chunks: Option<usize>,
     progress: bool,
 ) -> Result<PerplexityReport, PerplexityError> {
     if ctx_size < 4 {
@@ -91,7 +94,8 @@ pub fn perplexity(
         return Err(PerplexityError::TooShort { tokens: tokens.len(), ctx_size });
     }
     let bos = tokenizer.bos_token_id.filter(|_| tokenizer.add_bos_token);
-    let chunks = chunks(&tokens, ctx_size, bos);
+    let mut chunks = chunks(&tokens, ctx_size, bos);
+    chunks.truncate(max_chunks.unwrap_or(usize::MAX));
     let params = GenerationParams { max_tokens: 0, prompt_logprobs: Some(0), ..GenerationParams::default() };
     let requests = chunks.iter().map(|c| Request::new(Prompt::TokenIds(c.clone()), params.clone())).collect();
     let handles = engine.submit_all(requests)?;

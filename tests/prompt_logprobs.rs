@@ -119,3 +119,46 @@ fn max_tokens_zero_needs_prompt_logprobs_and_the_count_is_bounded() {
     let err = engine.prepare(Request::new(prompt, too_many)).expect_err("over the limit");
     assert!(matches!(err, entrobatch::EngineError::InvalidRequest { field: "prompt_logprobs", .. }), "{err:?}");
 }
+
+/// Each token of a sequence forced one request at a time (`logit_bias` +100 on it, `logprobs`
+/// reports the raw distribution's value) against one scoring pass over the whole sequence.
+fn forced_logprobs_agree(path: &std::path::Path, config: EngineConfig, tokens: &[u32], tolerance: f64) {
+    let engine = Engine::start(config).expect("engine");
+    let scored =
+        engine.generate(vec![Prompt::TokenIds(tokens.to_vec())], &scoring(0)).expect("score").remove(0).prompt_logprobs;
+    assert_eq!(scored.len(), tokens.len() - 1);
+    for (pos, want) in scored.iter().enumerate().map(|(i, s)| (i + 1, s)) {
+        let params = GenerationParams {
+            sampling: SamplingParams {
+                logprobs: Some(0),
+                logit_bias: vec![(tokens[pos], 100.0)],
+                ..SamplingParams::greedy()
+            },
+            max_tokens: 1,
+            ignore_eos: true,
+            ..GenerationParams::default()
+        };
+        let out = engine.generate(vec![Prompt::TokenIds(tokens[..pos].to_vec())], &params).expect("forced").remove(0);
+        assert_eq!(out.token_ids, [tokens[pos]], "{}: the bias forces the token", path.display());
+        let forced = out.tokens[0].logprob.as_ref().expect("logprob").logprob;
+        assert!(
+            (f64::from(forced) - f64::from(want.logprob)).abs() <= tolerance,
+            "{} position {pos}: forced {forced} vs scored {}",
+            path.display(),
+            want.logprob
+        );
+    }
+}
+
+#[test]
+fn prompt_logprobs_equal_forced_decoding_on_a_generated_model_and_smollm2() {
+    let path = tiny_model(&TinyModelSpec::llama(), "prompt-logprobs-forced");
+    let tokens: Vec<u32> = (0..40u32).map(|i| (i * 37 + 11) % 200 + 3).collect();
+    forced_logprobs_agree(&path, EngineConfig::new(&path), &tokens, 1e-4);
+    let smollm2 = common::smollm2_path();
+    let engine = Engine::start(EngineConfig::new(&smollm2)).expect("engine");
+    let text = "The quick brown fox jumps over the lazy dog, and then it runs into the forest to hide.";
+    let tokens = engine.tokenize_prompt(&Prompt::Text(text.into()), &GenerationParams::default()).expect("tokenize");
+    drop(engine);
+    forced_logprobs_agree(&smollm2, EngineConfig::new(&smollm2), &tokens, 1e-4);
+}

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use entrobatch::perplexity::perplexity;
-use entrobatch::{Engine, EngineConfig};
+use entrobatch::Engine;
 
 #[derive(Args, Debug)]
 pub struct PerplexityArgs {
@@ -18,9 +18,19 @@ pub struct PerplexityArgs {
     /// Tokens per chunk; the second half of each is scored (llama-perplexity's --ctx-size).
     #[arg(long, default_value_t = 512)]
     pub ctx_size: usize,
+    /// Score only the first N chunks (llama-perplexity's --chunks).
+    #[arg(long)]
+    pub chunks: Option<usize>,
     /// Write {"ppl", "ppl_stderr", "tokens_scored", "chunks", ...} here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Engine matmul mode: int8 (the default), dense (f32 GEMM) or quantized (candle's kernels).
+    #[arg(long, default_value = "int8", value_parser = entrobatch::bench::throughput::parse_matmul_mode)]
+    pub matmul: entrobatch::MatmulMode,
+    /// KV cache values: f16 (the default with int8 and dense) or f32 (exact; the default with
+    /// --matmul quantized).
+    #[arg(long)]
+    pub kv_cache_dtype: Option<entrobatch::KvDtype>,
     /// KV cache size in MiB (default: the engine's).
     #[arg(long)]
     pub kv_cache_mb: Option<usize>,
@@ -31,12 +41,12 @@ pub struct PerplexityArgs {
 pub fn run(args: PerplexityArgs) -> Result<()> {
     let model = super::resolve_model(args.model)?;
     let text = std::fs::read_to_string(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
-    let mut config = EngineConfig::new(&model);
+    let mut config = entrobatch::bench::throughput::engine_config_with(&model, args.matmul, args.kv_cache_dtype);
     if let Some(mb) = args.kv_cache_mb {
         config.kv_cache_bytes = mb << 20;
     }
     let engine = Engine::start(config)?;
-    let report = perplexity(&engine, &text, args.ctx_size, !args.no_progress)?;
+    let report = perplexity(&engine, &text, args.ctx_size, args.chunks, !args.no_progress)?;
     println!(
         "{}: PPL = {:.4} +/- {:.5} over {} tokens in {} chunks of {}",
         args.file.display(),
