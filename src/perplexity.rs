@@ -20,6 +20,10 @@ pub struct PerplexityReport {
     pub ctx_size: usize,
     /// Mean negative log-likelihood (nats per token).
     pub mean_nll: f64,
+    /// The model's most likely token at each scored position, in order: compared with
+    /// llama.cpp's (teacher-forced top-1 agreement).
+    #[serde(skip)]
+    pub argmax: Vec<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +76,15 @@ impl NllSum {
         let ppl = mean.exp();
         let var = self.nll2 / n - mean * mean;
         let ppl_stderr = if var > 0.0 && self.count > 1 { ppl * (var / (n - 1.0)).sqrt() } else { 0.0 };
-        PerplexityReport { ppl, ppl_stderr, tokens_scored: self.count, chunks, ctx_size, mean_nll: mean }
+        PerplexityReport {
+            ppl,
+            ppl_stderr,
+            tokens_scored: self.count,
+            chunks,
+            ctx_size,
+            mean_nll: mean,
+            argmax: Vec::new(),
+        }
     }
 }
 
@@ -96,7 +108,7 @@ pub fn perplexity(
     let bos = tokenizer.bos_token_id.filter(|_| tokenizer.add_bos_token);
     let mut chunks = chunks(&tokens, ctx_size, bos);
     chunks.truncate(max_chunks.unwrap_or(usize::MAX));
-    let params = GenerationParams { max_tokens: 0, prompt_logprobs: Some(0), ..GenerationParams::default() };
+    let params = GenerationParams { max_tokens: 0, prompt_logprobs: Some(1), ..GenerationParams::default() };
     let requests = chunks.iter().map(|c| Request::new(Prompt::TokenIds(c.clone()), params.clone())).collect();
     let handles = engine.submit_all(requests)?;
     let bar = if progress { ProgressBar::new(chunks.len() as u64) } else { ProgressBar::hidden() };
@@ -105,6 +117,7 @@ pub fn perplexity(
     }
     let first = ctx_size / 2;
     let mut sum = NllSum::default();
+    let mut argmax = Vec::new();
     for (chunk, handle) in handles.into_iter().enumerate() {
         let out = handle.collect_blocking();
         if let Some(message) = out.error {
@@ -113,11 +126,12 @@ pub fn perplexity(
         // Entry j scores position j + 1; llama.cpp scores positions first + 1 .. ctx.
         for scored in out.prompt_logprobs.iter().skip(first) {
             sum.add(f64::from(scored.logprob));
+            argmax.push(scored.top_logprobs.first().map_or(scored.token_id, |&(id, _)| id));
         }
         bar.inc(1);
     }
     bar.finish_and_clear();
-    Ok(sum.report(chunks.len(), ctx_size))
+    Ok(PerplexityReport { argmax, ..sum.report(chunks.len(), ctx_size) })
 }
 
 #[cfg(test)]

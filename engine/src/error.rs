@@ -23,7 +23,9 @@ pub enum EngineError {
     NeverFits { needed: usize, limit: usize, reason: String },
     #[error("the engine is at capacity ({0} requests in flight); retry shortly")]
     QueueFull(usize),
-    #[error("model: {0}")]
+    /// The model runner's errors name their subject ("model file X: ...", "unsupported
+    /// model: ..."), so no prefix is added.
+    #[error("{0}")]
     Model(#[from] entrobatch_model_runner::ModelError),
     #[error("tokenizer: {0}")]
     Tokenizer(#[from] entrobatch_model_runner::tokenizer::TokenizerError),

@@ -18,6 +18,10 @@ pub struct PerplexityArgs {
     /// Tokens per chunk; the second half of each is scored (llama-perplexity's --ctx-size).
     #[arg(long, default_value_t = 512)]
     pub ctx_size: usize,
+    /// Write the most likely token id at each scored position (a JSON array), to compare with
+    /// another implementation's over the same contexts.
+    #[arg(long)]
+    pub top1: Option<PathBuf>,
     /// Score only the first N chunks (llama-perplexity's --chunks).
     #[arg(long)]
     pub chunks: Option<usize>,
@@ -56,6 +60,10 @@ pub fn run(args: PerplexityArgs) -> Result<()> {
         report.chunks,
         report.ctx_size
     );
+    if let Some(path) = &args.top1 {
+        std::fs::write(path, serde_json::to_string(&report.argmax)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)
             .with_context(|| format!("cannot write {}", path.display()))?;
