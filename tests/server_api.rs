@@ -69,6 +69,10 @@ fn openai_client_gets_the_engines_greedy_tokens() {
     }
     assert_eq!(json!(text), seen["chat_text"], "logprob tokens spell the message");
     assert_eq!(seen["n2"]["status"], json!(400));
+    let multi = seen["n2_completions"].as_array().expect("choices");
+    let indices: Vec<u64> = multi.iter().filter_map(|c| c["index"].as_u64()).collect();
+    assert_eq!(indices, [0, 1, 2, 3]);
+    assert!(multi.iter().all(|c| c["finish_reason"] == "length"));
 }
 
 /// Malformed and hostile requests get the right 4xx with an OpenAI error body, none of them
@@ -100,8 +104,8 @@ fn hostile_requests_get_4xx_and_the_server_keeps_serving() {
         ("strategy parameter zero", "/v1/completions", br#"{"prompt":"x","decoding":{"strategy":"wedlm","window_size":0}}"#.to_vec(), 400, Some("invalid_decoding")),
         ("top_p out of range", "/v1/completions", br#"{"prompt":"x","top_p":5}"#.to_vec(), 400, None),
         ("too many logprobs", "/v1/completions", br#"{"prompt":"x","logprobs":50}"#.to_vec(), 400, None),
-        ("n = 2", "/v1/completions", br#"{"prompt":"x","n":2}"#.to_vec(), 400, None),
-        ("two prompts", "/v1/completions", br#"{"prompt":["a","b"]}"#.to_vec(), 400, None),
+        ("n = 0", "/v1/completions", br#"{"prompt":"x","n":0}"#.to_vec(), 400, None),
+        ("an empty prompt in a list", "/v1/completions", br#"{"prompt":["a",""]}"#.to_vec(), 400, None),
         ("token id outside the vocabulary", "/v1/completions", br#"{"prompt":[99999999]}"#.to_vec(), 400, None),
         ("empty prompt", "/v1/completions", br#"{"prompt":""}"#.to_vec(), 400, None),
         ("empty messages", "/v1/chat/completions", br#"{"messages":[]}"#.to_vec(), 400, None),

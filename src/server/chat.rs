@@ -105,6 +105,10 @@ pub(super) fn parse_chat(mut req: ChatRequest, defaults: &GenerationDefaults) ->
         (false, None) => None,
     };
     let mut parsed = parse_common(&mut req.common, logprobs, defaults)?;
+    if parsed.n > 1 {
+        let reason = format!("n = {} is served on /v1/completions; chat completions take n = 1 for now", parsed.n);
+        return Err(ApiError::invalid_param("n", reason));
+    }
     let mut kwargs = req.chat_template_kwargs.unwrap_or_default();
     // `enable_thinking` also decides whether the reply is split into `reasoning_content`, so it
     // travels in its own field; the kwarg wins over the top-level convenience field.

@@ -107,4 +107,9 @@ impl StreamFormat for ChatFormat {
     fn usage_chunk(&self, usage: Usage) -> ChatCompletionChunk {
         self.frame.body("chat.completion.chunk", Vec::new(), Some(usage))
     }
+
+    fn with_index(mut chunk: ChatCompletionChunk, index: usize) -> ChatCompletionChunk {
+        chunk.choices.iter_mut().for_each(|c| c.index = index);
+        chunk
+    }
 }

@@ -1,6 +1,6 @@
 //! `POST /v1/completions`.
 
-use crate::{FinishReason, GeneratedToken, Prompt, PromptLogprob};
+use crate::{FinishReason, GeneratedToken, Prompt, PromptLogprob, Request, RequestHandle};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -10,21 +10,31 @@ use super::echo::{echo_logprobs, extend_logprobs, vllm_prompt_logprobs, PromptEc
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::format::{completion_logprobs, Extras, Frame};
-use super::params::{completion_prompt, engine_request, parse_common, parse_logprobs, refuse_unknown, ParsedParams};
+use super::params::{completion_prompts, engine_request, parse_common, parse_logprobs, refuse_unknown, ParsedParams};
 use super::protocol::CompletionRequest;
 use super::response::{Completion, CompletionChoice, CompletionChunk, CompletionLogprobs, TokenExtras, Usage};
 use super::state::AppState;
-use super::stream::{sse_response, StreamFormat};
+use super::stream::{sse_response_many, StreamFormat};
 
 /// OpenAI's default when `max_tokens` is absent.
 pub(super) const DEFAULT_MAX_TOKENS: usize = 16;
 
-/// Everything a completions body must pass before it reaches the engine: the prompt, the
-/// parsed parameters, the logprobs count and what to return of the prompt.
+/// A completions body that passed every check: its prompts, parameters and what to return.
+pub(super) struct ParsedCompletion {
+    pub prompts: Vec<Prompt>,
+    pub parsed: ParsedParams,
+    pub logprobs: Option<usize>,
+    echo: bool,
+    /// `echo` with `logprobs`: the prompt's tokens lead the logprobs arrays.
+    echoed_logprobs: bool,
+    prompt_logprobs: bool,
+}
+
+/// Everything a completions body must pass before it reaches the engine.
 pub(super) fn parse_completion(
     mut req: CompletionRequest,
     defaults: &GenerationDefaults,
-) -> Result<(Prompt, ParsedParams, Option<usize>, PromptEcho), ApiError> {
+) -> Result<ParsedCompletion, ApiError> {
     refuse_unknown(&req.unknown)?;
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::invalid_param("suffix", "suffix is not supported"));
@@ -32,22 +42,47 @@ pub(super) fn parse_completion(
     let logprobs = parse_logprobs("logprobs", req.logprobs)?;
     let prompt_logprobs = parse_logprobs("prompt_logprobs", req.prompt_logprobs)?;
     let mut parsed = parse_common(&mut req.common, logprobs, defaults)?;
-    let prompt = completion_prompt(req.prompt)?;
+    let prompts = completion_prompts(req.prompt)?;
     let echo = req.echo == Some(true);
     // The prompt is scored when its logprobs are to be shown, and for an echo of nothing but
     // the prompt (`max_tokens: 0`), which the engine runs as a scoring-only request.
     let echoed_logprobs = logprobs.filter(|_| echo);
     let echo_only = (echo && parsed.max_tokens == Some(0)).then_some(0);
     parsed.params.prompt_logprobs = [echoed_logprobs, prompt_logprobs, echo_only].into_iter().flatten().max();
-    let prompt_echo = PromptEcho {
-        text: echo.then(|| match &prompt {
-            Prompt::Text(text) => text.clone(),
-            _ => String::new(),
-        }),
-        logprobs: echoed_logprobs.is_some(),
+    Ok(ParsedCompletion {
+        prompts,
+        parsed,
+        logprobs,
+        echo,
+        echoed_logprobs: echoed_logprobs.is_some(),
         prompt_logprobs: prompt_logprobs.is_some(),
-    };
-    Ok((prompt, parsed, logprobs, prompt_echo))
+    })
+}
+
+impl ParsedCompletion {
+    /// The engine requests: `n` copies of each prompt, prompt-major (OpenAI's choice order);
+    /// copy `i` of a seeded request draws from `seed + i`.
+    pub fn requests(&self) -> Vec<Request> {
+        let mut requests = Vec::with_capacity(self.prompts.len() * self.parsed.n);
+        for prompt in &self.prompts {
+            for copy in 0..self.parsed.n {
+                let mut params = self.parsed.params.clone();
+                params.sampling.seed = params.sampling.seed.map(|s| s.wrapping_add(copy as u64));
+                let max_tokens = self.parsed.max_tokens;
+                requests.push(engine_request(prompt.clone(), params, max_tokens, Some(DEFAULT_MAX_TOKENS)));
+            }
+        }
+        requests
+    }
+
+    /// What to return of prompt `index` (a token-id prompt's text is decoded).
+    fn echo_for(&self, state: &AppState, index: usize, prompt_token_ids: &[u32]) -> PromptEcho {
+        let text = self.echo.then(|| match &self.prompts[index] {
+            Prompt::Text(text) => text.clone(),
+            _ => state.engine.tokenizer().decode(prompt_token_ids, false).unwrap_or_default(),
+        });
+        PromptEcho { text, logprobs: self.echoed_logprobs, prompt_logprobs: self.prompt_logprobs }
+    }
 }
 
 pub async fn completions(
@@ -55,37 +90,56 @@ pub async fn completions(
     ApiJson(req): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(req.common.model.as_deref())?;
-    let (prompt, parsed, logprobs, mut echo) = parse_completion(req, &state.generation_defaults)?;
-    let return_metrics = parsed.params.return_metrics;
-    let token_prompt = !matches!(prompt, Prompt::Text(_));
-    let request = engine_request(prompt, parsed.params, parsed.max_tokens, Some(DEFAULT_MAX_TOKENS));
-    let handle = state.submit(request).await?;
-    if let (Some(text), true) = (echo.text.as_mut(), token_prompt) {
-        *text = state.engine.tokenizer().decode(&handle.prompt_token_ids, false).unwrap_or_default();
-    }
-    let format = CompletionFormat {
-        frame: Frame::new(&state, "cmpl", handle.id),
-        logprobs: logprobs.is_some(),
-        extras: Extras { return_metrics, return_token_ids: parsed.return_token_ids },
-        text_offset: 0,
-        prompt_token_ids: handle.prompt_token_ids.clone(),
-        echo,
-        scored: Vec::new(),
+    let completion = parse_completion(req, &state.generation_defaults)?;
+    let handles = state.submit_all(completion.requests()).await?;
+    let n = completion.parsed.n;
+    let frame_id = handles.first().map_or(0, |h| h.id);
+    let extras = Extras {
+        return_metrics: completion.parsed.params.return_metrics,
+        return_token_ids: completion.parsed.return_token_ids,
     };
-    if parsed.stream {
-        return Ok(sse_response(handle, format, parsed.include_usage));
+    let choices: Vec<(RequestHandle, CompletionFormat)> = handles
+        .into_iter()
+        .enumerate()
+        .map(|(i, handle)| {
+            let format = CompletionFormat {
+                frame: Frame::new(&state, "cmpl", frame_id),
+                logprobs: completion.logprobs.is_some(),
+                extras,
+                text_offset: 0,
+                prompt_token_ids: handle.prompt_token_ids.clone(),
+                echo: completion.echo_for(&state, i / n, &handle.prompt_token_ids),
+                scored: Vec::new(),
+            };
+            (handle, format)
+        })
+        .collect();
+    if completion.parsed.stream {
+        return Ok(sse_response_many(choices, n, completion.parsed.include_usage));
     }
-    let mut format = format;
-    let output = handle.collect_async().await;
-    if output.finish_reason == FinishReason::Error {
-        return Err(ApiError::internal(output.error.unwrap_or_else(|| "generation failed".into())));
+    let outputs = futures::future::join_all(
+        choices.into_iter().map(|(handle, format)| async move { (handle.collect_async().await, format) }),
+    )
+    .await;
+    let mut usage = Usage::new(0, 0, 0);
+    let mut body_choices = Vec::with_capacity(outputs.len());
+    let mut frame = None;
+    for (index, (output, mut format)) in outputs.into_iter().enumerate() {
+        if output.finish_reason == FinishReason::Error {
+            return Err(ApiError::internal(output.error.unwrap_or_else(|| "generation failed".into())));
+        }
+        format.scored = output.prompt_logprobs;
+        let choice = format.prompt_choice().unwrap_or_else(|| format.choice(&[], ""));
+        let choice = format.append(choice, &output.tokens, &output.text);
+        body_choices.push(CompletionChoice { index, finish_reason: Some(output.finish_reason.as_str()), ..choice });
+        // Each prompt's tokens count once, however many copies it has.
+        let (prompt, cached) =
+            if index % n == 0 { (output.prompt_token_ids.len(), output.cached_tokens) } else { (0, 0) };
+        usage.add(prompt, cached, output.token_ids.len());
+        frame.get_or_insert(format.frame);
     }
-    format.scored = output.prompt_logprobs;
-    let choice = format.prompt_choice().unwrap_or_else(|| format.choice(&[], ""));
-    let choice = format.append(choice, &output.tokens, &output.text);
-    let choice = CompletionChoice { finish_reason: Some(output.finish_reason.as_str()), ..choice };
-    let usage = Usage::new(output.prompt_token_ids.len(), output.cached_tokens, output.token_ids.len());
-    let body: Completion = format.frame.body("text_completion", vec![choice], Some(usage));
+    let Some(frame) = frame else { return Err(ApiError::internal("no choices")) };
+    let body: Completion = frame.body("text_completion", body_choices, Some(usage));
     Ok(Json(body).into_response())
 }
 
@@ -188,5 +242,10 @@ impl StreamFormat for CompletionFormat {
 
     fn usage_chunk(&self, usage: Usage) -> CompletionChunk {
         self.frame.body("text_completion", Vec::new(), Some(usage))
+    }
+
+    fn with_index(mut chunk: CompletionChunk, index: usize) -> CompletionChunk {
+        chunk.choices.iter_mut().for_each(|c| c.index = index);
+        chunk
     }
 }

@@ -15,11 +15,16 @@ use crate::{Prompt, Request};
 /// it out; the handler fills in its endpoint's default once the prompt length is known.
 pub struct ParsedParams {
     pub params: GenerationParams,
+    /// Choices per prompt: each copy is its own engine request, seeded `seed + i`.
+    pub n: usize,
     pub max_tokens: Option<usize>,
     pub stream: bool,
     pub include_usage: bool,
     pub return_token_ids: bool,
 }
+
+/// The most choices one prompt may ask for: each is a sequence in the running batch.
+pub const MAX_N: usize = 64;
 
 pub fn parse_common(
     c: &mut CommonParams,
@@ -27,15 +32,14 @@ pub fn parse_common(
     defaults: &GenerationDefaults,
 ) -> Result<ParsedParams, ApiError> {
     defaults.fill(c);
-    if let Some(n) = c.n {
-        if n != 1 {
-            return Err(ApiError::invalid_param("n", format!("only n = 1 is supported, got {n}")));
-        }
-    }
-    if let Some(b) = c.best_of {
-        if b != 1 {
-            return Err(ApiError::invalid_param("best_of", format!("only best_of = 1 is supported, got {b}")));
-        }
+    let n = match c.n {
+        None => 1,
+        Some(n) if (1..=MAX_N as i64).contains(&n) => n as usize,
+        Some(n) => return Err(ApiError::invalid_param("n", format!("n must be between 1 and {MAX_N}, got {n}"))),
+    };
+    if let Some(b) = c.best_of.filter(|&b| b != n as i64) {
+        let reason = format!("best_of is not supported (only best_of = n, here {n}), got {b}");
+        return Err(ApiError::invalid_param("best_of", reason));
     }
     let max_tokens = match c.max_completion_tokens.or(c.max_tokens) {
         // 0 is the engine's to judge: it scores a prompt without generating.
@@ -100,6 +104,7 @@ pub fn parse_common(
         ..GenerationParams::default()
     };
     Ok(ParsedParams {
+        n,
         params,
         max_tokens,
         stream: c.stream.unwrap_or(false),
@@ -151,17 +156,17 @@ pub fn parse_logprobs(param: &'static str, value: Option<i64>) -> Result<Option<
 }
 
 /// One prompt only: batched prompts would need one choice per prompt.
-pub fn completion_prompt(prompt: PromptField) -> Result<Prompt, ApiError> {
-    let one =
-        |n: usize| ApiError::invalid_param("prompt", format!("exactly one prompt per request is supported, got {n}"));
-    match prompt {
-        PromptField::Text(t) => Ok(Prompt::Text(t)),
-        PromptField::Ids(ids) => Ok(Prompt::TokenIds(ids)),
-        PromptField::Texts(mut v) if v.len() == 1 => Ok(Prompt::Text(v.remove(0))),
-        PromptField::Texts(v) => Err(one(v.len())),
-        PromptField::IdLists(mut v) if v.len() == 1 => Ok(Prompt::TokenIds(v.remove(0))),
-        PromptField::IdLists(v) => Err(one(v.len())),
+pub fn completion_prompts(prompt: PromptField) -> Result<Vec<Prompt>, ApiError> {
+    let prompts: Vec<Prompt> = match prompt {
+        PromptField::Text(t) => vec![Prompt::Text(t)],
+        PromptField::Ids(ids) => vec![Prompt::TokenIds(ids)],
+        PromptField::Texts(v) => v.into_iter().map(Prompt::Text).collect(),
+        PromptField::IdLists(v) => v.into_iter().map(Prompt::TokenIds).collect(),
+    };
+    if prompts.is_empty() {
+        return Err(ApiError::invalid_param("prompt", "the prompt list is empty"));
     }
+    Ok(prompts)
 }
 
 #[cfg(test)]

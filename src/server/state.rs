@@ -106,6 +106,19 @@ impl AppState {
             Err(e) => Err(ApiError::internal(format!("submit task failed: {e}"))),
         }
     }
+
+    /// Submits several requests as one batch (a completion's prompts and their `n` copies):
+    /// all accepted, or none.
+    pub async fn submit_all(&self, requests: Vec<Request>) -> Result<Vec<RequestHandle>, ApiError> {
+        if self.is_draining() {
+            return Err(ApiError::unavailable("the server is shutting down").with_retry_after(1));
+        }
+        let engine = self.engine.clone();
+        match tokio::task::spawn_blocking(move || engine.submit_all(requests)).await {
+            Ok(result) => result.map_err(ApiError::from),
+            Err(e) => Err(ApiError::internal(format!("submit task failed: {e}"))),
+        }
+    }
 }
 
 /// `fp_` and 12 hex digits of a hash over what changes outputs: the version, the model file,

@@ -27,6 +27,8 @@ pub trait StreamFormat: Send + 'static {
     fn on_finish(&mut self, reason: FinishReason) -> Vec<Self::Chunk>;
     /// The `choices: []` chunk carrying `usage` (`stream_options.include_usage`).
     fn usage_chunk(&self, usage: Usage) -> Self::Chunk;
+    /// The chunk with every choice numbered `index` (formats number their choices 0).
+    fn with_index(chunk: Self::Chunk, index: usize) -> Self::Chunk;
 }
 
 /// One `data:` payload: a chunk, or the error that ended the stream.
@@ -51,48 +53,93 @@ impl<C: Serialize> Payload<C> {
     }
 }
 
-struct SseState<F> {
-    handle: RequestHandle,
+/// One choice of a response: its format and whether its request has finished.
+struct ChoiceStream<F> {
     format: F,
+    finished: bool,
+}
+
+type Merged = futures::stream::SelectAll<futures::stream::BoxStream<'static, (usize, Option<Event>)>>;
+
+/// The streams of a response's choices (`n` copies of each prompt, prompt-major), merged as
+/// their events arrive: chunks of different choices interleave, each with its own `index`,
+/// as OpenAI streams them.
+struct SseState<F> {
+    merged: Merged,
+    choices: Vec<ChoiceStream<F>>,
+    /// Copies per prompt: each prompt's tokens count once in `usage`.
+    n: usize,
+    usage: Usage,
     include_usage: bool,
     opened: bool,
     done: bool,
 }
 
 impl<F: StreamFormat> SseState<F> {
+    fn new(handles: Vec<(RequestHandle, F)>, n: usize, include_usage: bool) -> Self {
+        let mut choices = Vec::with_capacity(handles.len());
+        let mut merged = futures::stream::SelectAll::new();
+        for (index, (handle, format)) in handles.into_iter().enumerate() {
+            choices.push(ChoiceStream { format, finished: false });
+            // A `None` after the handle's events: the stream ended, finished or not.
+            let events = StreamExt::map(handle, move |e| (index, Some(e)))
+                .chain(futures::stream::once(async move { (index, None) }));
+            merged.push(events.boxed());
+        }
+        Self { merged, choices, n: n.max(1), usage: Usage::new(0, 0, 0), include_usage, opened: false, done: false }
+    }
+
+    fn indexed(chunks: Vec<F::Chunk>, index: usize) -> Vec<Payload<F::Chunk>> {
+        chunks.into_iter().map(|c| Payload::Chunk(F::with_index(c, index))).collect()
+    }
+
     async fn next_chunks(&mut self) -> Vec<Payload<F::Chunk>> {
         if !self.opened {
             self.opened = true;
-            let opening = self.format.opening();
+            let opening: Vec<_> =
+                (0..self.choices.len()).flat_map(|i| Self::indexed(self.choices[i].format.opening(), i)).collect();
             if !opening.is_empty() {
-                return opening.into_iter().map(Payload::Chunk).collect();
+                return opening;
             }
         }
         loop {
-            match self.handle.next_async().await {
-                Some(Event::PromptLogprobs(logprobs)) => self.format.on_prompt_logprobs(logprobs),
+            let Some((index, event)) = self.merged.next().await else {
+                self.done = true;
+                return Vec::new();
+            };
+            let choice = &mut self.choices[index];
+            match event {
+                Some(Event::PromptLogprobs(logprobs)) => choice.format.on_prompt_logprobs(logprobs),
                 Some(Event::Tokens { tokens, text }) => {
-                    let chunks = self.format.on_tokens(&tokens, &text);
+                    let chunks = choice.format.on_tokens(&tokens, &text);
                     if !chunks.is_empty() {
-                        return chunks.into_iter().map(Payload::Chunk).collect();
+                        return Self::indexed(chunks, index);
                     }
                 }
                 Some(Event::Finished { reason, prompt_tokens, cached_tokens, completion_tokens, error, .. }) => {
-                    self.done = true;
+                    choice.finished = true;
                     if reason == FinishReason::Error {
+                        // One failed choice fails the response; dropping the rest aborts them.
+                        self.done = true;
                         let message = error.unwrap_or_else(|| "generation failed".into());
                         return vec![Payload::Error(ApiError::internal(message).body())];
                     }
-                    let mut chunks = self.format.on_finish(reason);
-                    if self.include_usage {
-                        chunks.push(self.format.usage_chunk(Usage::new(
-                            prompt_tokens,
-                            cached_tokens,
-                            completion_tokens,
-                        )));
+                    let first_copy = index % self.n == 0;
+                    self.usage.add(
+                        if first_copy { prompt_tokens } else { 0 },
+                        if first_copy { cached_tokens } else { 0 },
+                        completion_tokens,
+                    );
+                    let mut chunks = Self::indexed(choice.format.on_finish(reason), index);
+                    if self.choices.iter().all(|c| c.finished) {
+                        self.done = true;
+                        if self.include_usage {
+                            chunks.push(Payload::Chunk(self.choices[0].format.usage_chunk(self.usage.clone())));
+                        }
                     }
-                    return chunks.into_iter().map(Payload::Chunk).collect();
+                    return chunks;
                 }
+                None if choice.finished => {}
                 None => {
                     self.done = true;
                     let error = ApiError::unavailable("the engine stopped before the request finished");
@@ -103,9 +150,14 @@ impl<F: StreamFormat> SseState<F> {
     }
 }
 
-/// The streaming response: one `data:` line per chunk, then `data: [DONE]`.
+/// The streaming response of one choice: one `data:` line per chunk, then `data: [DONE]`.
 pub fn sse_response<F: StreamFormat>(handle: RequestHandle, format: F, include_usage: bool) -> Response {
-    let state = SseState { handle, format, include_usage, opened: false, done: false };
+    sse_response_many(vec![(handle, format)], 1, include_usage)
+}
+
+/// The streaming response of several choices (`n` per prompt, prompt-major).
+pub fn sse_response_many<F: StreamFormat>(handles: Vec<(RequestHandle, F)>, n: usize, include_usage: bool) -> Response {
+    let state = SseState::new(handles, n, include_usage);
     let events = futures::stream::unfold(state, |mut state| async move {
         if state.done {
             return None;

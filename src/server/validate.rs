@@ -7,7 +7,7 @@
 use crate::{GenerationParams, Prompt};
 
 use super::chat::parse_chat;
-use super::completions::{parse_completion, DEFAULT_MAX_TOKENS};
+use super::completions::parse_completion;
 use super::error::ApiError;
 use super::extract::decode_json_body;
 use super::params::engine_request;
@@ -35,9 +35,14 @@ pub fn validate_body(state: &AppState, endpoint: Endpoint, body: &[u8]) -> Resul
         Endpoint::Completions => {
             let req: CompletionRequest = decode_json_body(body)?;
             state.check_model(req.common.model.as_deref())?;
-            let (prompt, parsed, _, _) = parse_completion(req, &state.generation_defaults)?;
-            let request = engine_request(prompt, parsed.params, parsed.max_tokens, Some(DEFAULT_MAX_TOKENS));
-            (request, parsed.stream)
+            let completion = parse_completion(req, &state.generation_defaults)?;
+            // Every prompt is checked; the first one's request is what this reports.
+            let mut requests = completion.requests().into_iter();
+            let first = requests.next().ok_or_else(|| ApiError::internal("no prompts"))?;
+            for other in requests {
+                state.engine.prepare(other)?;
+            }
+            (first, completion.parsed.stream)
         }
         Endpoint::ChatCompletions => {
             let req: ChatRequest = decode_json_body(body)?;

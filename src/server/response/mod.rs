@@ -66,6 +66,14 @@ impl Usage {
             prompt_tokens_details: PromptTokensDetails { cached_tokens },
         }
     }
+
+    /// Adds one choice's counts (a response with several choices reports their sum).
+    pub fn add(&mut self, prompt_tokens: usize, cached_tokens: usize, completion_tokens: usize) {
+        self.prompt_tokens += prompt_tokens;
+        self.completion_tokens += completion_tokens;
+        self.total_tokens += prompt_tokens + completion_tokens;
+        self.prompt_tokens_details.cached_tokens += cached_tokens;
+    }
 }
 
 /// The per-token extension fields a choice carries after `finish_reason`: entrobatch's
