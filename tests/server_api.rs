@@ -73,6 +73,7 @@ fn openai_client_gets_the_engines_greedy_tokens() {
     let indices: Vec<u64> = multi.iter().filter_map(|c| c["index"].as_u64()).collect();
     assert_eq!(indices, [0, 1, 2, 3]);
     assert!(multi.iter().all(|c| c["finish_reason"] == "length"));
+    assert_eq!(seen["n2_chat"], json!([0, 1]));
 }
 
 /// Malformed and hostile requests get the right 4xx with an OpenAI error body, none of them

@@ -72,6 +72,45 @@ fn each_copy_of_each_prompt_is_a_seeded_request_of_its_own() {
 }
 
 #[test]
+fn chat_copies_are_seeded_requests_of_their_own_streamed_or_not() {
+    let server = TestServer::start(engine_config(smollm2_path()));
+    let body = |extra: Value| {
+        let mut body = json!({ "messages": [{ "role": "user", "content": "Name a colour." }],
+            "max_tokens": 6, "temperature": 1.0, "seed": 7, "ignore_eos": true });
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let chat = |b: Value| {
+        let r = server.post_json("/v1/chat/completions", &b);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    let content = |v: &Value| -> Vec<String> {
+        v["choices"].as_array().unwrap().iter().map(|c| c["message"]["content"].as_str().unwrap().to_string()).collect()
+    };
+    let batch = chat(body(json!({ "n": 3 })));
+    let got = content(&batch);
+    assert_eq!(got.len(), 3);
+    for i in 0..3u64 {
+        assert_eq!(got[i as usize], content(&chat(body(json!({ "seed": 7 + i }))))[0], "copy {i}");
+        assert_eq!(batch["choices"][i as usize]["index"], i);
+    }
+    let alone = chat(body(json!({})));
+    assert_eq!(batch["usage"]["prompt_tokens"], alone["usage"]["prompt_tokens"], "the prompt counts once");
+    assert_eq!(batch["usage"]["completion_tokens"], 18);
+    let r = server.post_json("/v1/chat/completions", &body(json!({ "n": 3, "stream": true })));
+    let mut streamed: BTreeMap<u64, String> = BTreeMap::new();
+    for data in r.sse_data().iter().filter(|d| *d != "[DONE]") {
+        let chunk: Value = serde_json::from_str(data).expect("chunk");
+        for c in chunk["choices"].as_array().unwrap() {
+            let text = c["delta"]["content"].as_str().unwrap_or_default();
+            streamed.entry(c["index"].as_u64().unwrap()).or_default().push_str(text);
+        }
+    }
+    assert_eq!(streamed.into_values().collect::<Vec<_>>(), got);
+}
+
+#[test]
 fn n_and_prompt_lists_out_of_range_are_refused() {
     let server = TestServer::start(engine_config(smollm2_path()));
     let cases = [
@@ -85,7 +124,7 @@ fn n_and_prompt_lists_out_of_range_are_refused() {
         assert_eq!(r.status, 400, "{body}: {}", r.text());
         assert_eq!(r.json()["error"]["param"], param, "{body}");
     }
-    let chat = json!({ "messages": [{ "role": "user", "content": "x" }], "n": 2 });
+    let chat = json!({ "messages": [{ "role": "user", "content": "x" }], "n": 65 });
     let r = server.post_json("/v1/chat/completions", &chat);
     assert_eq!((r.status, r.json()["error"]["param"].clone()), (400, json!("n")), "{}", r.text());
     // best_of equal to n is n.

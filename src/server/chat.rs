@@ -1,7 +1,7 @@
 //! `POST /v1/chat/completions`, with `<think>` split into `reasoning_content` for chat
 //! templates that have a thinking switch.
 
-use crate::{ChatMessage, FinishReason, Prompt};
+use crate::{ChatMessage, FinishReason, GenerationOutput, Prompt, Request, RequestHandle};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -25,27 +25,62 @@ pub async fn chat_completions(
     ApiJson(req): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(req.common.model.as_deref())?;
-    let ParsedChat { messages, parsed, logprobs, tools, echo } = parse_chat(req, &state.generation_defaults)?;
-    let (enable_thinking, return_metrics) = (parsed.params.enable_thinking, parsed.params.return_metrics);
-    let request = engine_request(Prompt::Chat(messages), parsed.params, parsed.max_tokens, None);
-    let handle = state.submit(request).await?;
-    let splitter = (state.thinking_template && enable_thinking != Some(false))
-        .then(|| ReasoningSplitter::new(prompt_opens_think(&state, &handle.prompt_token_ids)));
-    let mut format = ChatFormat {
-        frame: Frame::new(&state, "chatcmpl", handle.id),
-        logprobs: logprobs.is_some(),
-        extras: Extras { return_metrics, return_token_ids: parsed.return_token_ids },
-        splitter,
-        tool_stream: tools.as_ref().map(ToolUse::stream),
-        echo,
-    };
+    let chat = parse_chat(req, &state.generation_defaults)?;
+    let ParsedChat { parsed, logprobs, tools, echo, .. } = &chat;
+    let n = parsed.n;
+    let handles = state.submit_all(chat.requests()).await?;
+    let frame_id = handles.first().map_or(0, |h| h.id);
+    let extras = Extras { return_metrics: parsed.params.return_metrics, return_token_ids: parsed.return_token_ids };
+    let thinking = state.thinking_template && parsed.params.enable_thinking != Some(false);
+    let choices: Vec<(RequestHandle, ChatFormat)> = handles
+        .into_iter()
+        .map(|handle| {
+            let format = ChatFormat {
+                frame: Frame::new(&state, "chatcmpl", frame_id),
+                logprobs: logprobs.is_some(),
+                extras,
+                splitter: thinking
+                    .then(|| ReasoningSplitter::new(prompt_opens_think(&state, &handle.prompt_token_ids))),
+                tool_stream: tools.as_ref().map(ToolUse::stream),
+                echo: echo.clone(),
+            };
+            (handle, format)
+        })
+        .collect();
     if parsed.stream {
-        return Ok(sse_response(handle, format, parsed.include_usage));
+        return Ok(sse_response(choices, n, parsed.include_usage));
     }
-    let output = handle.collect_async().await;
-    if output.finish_reason == FinishReason::Error {
-        return Err(ApiError::internal(output.error.unwrap_or_else(|| "generation failed".into())));
+    let outputs = futures::future::join_all(
+        choices.into_iter().map(|(handle, format)| async move { (handle.collect_async().await, format) }),
+    )
+    .await;
+    let mut usage = Usage::new(0, 0, 0);
+    let mut body_choices = Vec::with_capacity(outputs.len());
+    let mut frame = None;
+    for (index, (output, mut format)) in outputs.into_iter().enumerate() {
+        if output.finish_reason == FinishReason::Error {
+            return Err(ApiError::internal(output.error.unwrap_or_else(|| "generation failed".into())));
+        }
+        body_choices.push(chat_choice(&state, &mut format, &output, tools.as_ref(), index));
+        // The copies share one prompt: it counts once.
+        let (prompt, cached) = if index == 0 { (output.prompt_token_ids.len(), output.cached_tokens) } else { (0, 0) };
+        usage.add(prompt, cached, output.token_ids.len());
+        frame.get_or_insert(format.frame);
     }
+    let Some(frame) = frame else { return Err(ApiError::internal("no choices")) };
+    let body: ChatCompletion = frame.body("chat.completion", body_choices, Some(usage));
+    Ok(Json(body).into_response())
+}
+
+/// One finished copy as a whole-response choice: reasoning split, tool calls parsed from the
+/// content, the echo in front.
+fn chat_choice(
+    state: &AppState,
+    format: &mut ChatFormat,
+    output: &GenerationOutput,
+    tools: Option<&ToolUse>,
+    index: usize,
+) -> ChatChoice {
     let mut split = format.split(&output.text);
     let rest = format.split_finish();
     split.reasoning.push_str(&rest.reasoning);
@@ -69,16 +104,13 @@ pub async fn chat_completions(
     if let Some(echo) = format.echo.take() {
         message.content = Some(echo + message.content.as_deref().unwrap_or_default());
     }
-    let choice = ChatChoice {
-        index: 0,
+    ChatChoice {
+        index,
         message,
         logprobs: format.logprobs.then(|| chat_logprobs(&state.engine, &output.tokens)),
         finish_reason,
         extras: format.extras.for_tokens(&output.tokens),
-    };
-    let usage = Usage::new(output.prompt_token_ids.len(), output.cached_tokens, output.token_ids.len());
-    let body: ChatCompletion = format.frame.body("chat.completion", vec![choice], Some(usage));
-    Ok(Json(body).into_response())
+    }
 }
 
 /// A chat body that passed every check before the engine.
@@ -90,6 +122,20 @@ pub(super) struct ParsedChat {
     pub tools: Option<ToolUse>,
     /// `echo`: the final assistant message's content, sent ahead of the output.
     pub echo: Option<String>,
+}
+
+impl ParsedChat {
+    /// The engine requests: `n` copies of the conversation, copy `i` of a seeded request
+    /// drawing from `seed + i`.
+    pub fn requests(&self) -> Vec<Request> {
+        (0..self.parsed.n)
+            .map(|copy| {
+                let mut params = self.parsed.params.clone();
+                params.sampling.seed = params.sampling.seed.map(|s| s.wrapping_add(copy as u64));
+                engine_request(Prompt::Chat(self.messages.clone()), params, self.parsed.max_tokens, None)
+            })
+            .collect()
+    }
 }
 
 /// Everything a chat body must pass before it reaches the engine: the messages, the parsed
@@ -105,10 +151,6 @@ pub(super) fn parse_chat(mut req: ChatRequest, defaults: &GenerationDefaults) ->
         (false, None) => None,
     };
     let mut parsed = parse_common(&mut req.common, logprobs, defaults)?;
-    if parsed.n > 1 {
-        let reason = format!("n = {} is served on /v1/completions; chat completions take n = 1 for now", parsed.n);
-        return Err(ApiError::invalid_param("n", reason));
-    }
     let mut kwargs = req.chat_template_kwargs.unwrap_or_default();
     // `enable_thinking` also decides whether the reply is split into `reasoning_content`, so it
     // travels in its own field; the kwarg wins over the top-level convenience field.

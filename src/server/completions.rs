@@ -14,7 +14,7 @@ use super::params::{completion_prompts, engine_request, parse_common, parse_logp
 use super::protocol::CompletionRequest;
 use super::response::{Completion, CompletionChoice, CompletionChunk, CompletionLogprobs, TokenExtras, Usage};
 use super::state::AppState;
-use super::stream::{sse_response_many, StreamFormat};
+use super::stream::{sse_response, StreamFormat};
 
 /// OpenAI's default when `max_tokens` is absent.
 pub(super) const DEFAULT_MAX_TOKENS: usize = 16;
@@ -115,7 +115,7 @@ pub async fn completions(
         })
         .collect();
     if completion.parsed.stream {
-        return Ok(sse_response_many(choices, n, completion.parsed.include_usage));
+        return Ok(sse_response(choices, n, completion.parsed.include_usage));
     }
     let outputs = futures::future::join_all(
         choices.into_iter().map(|(handle, format)| async move { (handle.collect_async().await, format) }),

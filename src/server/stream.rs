@@ -150,13 +150,9 @@ impl<F: StreamFormat> SseState<F> {
     }
 }
 
-/// The streaming response of one choice: one `data:` line per chunk, then `data: [DONE]`.
-pub fn sse_response<F: StreamFormat>(handle: RequestHandle, format: F, include_usage: bool) -> Response {
-    sse_response_many(vec![(handle, format)], 1, include_usage)
-}
-
-/// The streaming response of several choices (`n` per prompt, prompt-major).
-pub fn sse_response_many<F: StreamFormat>(handles: Vec<(RequestHandle, F)>, n: usize, include_usage: bool) -> Response {
+/// The streaming response of a request's choices (`n` per prompt, prompt-major): one `data:`
+/// line per chunk, then `data: [DONE]`.
+pub fn sse_response<F: StreamFormat>(handles: Vec<(RequestHandle, F)>, n: usize, include_usage: bool) -> Response {
     let state = SseState::new(handles, n, include_usage);
     let events = futures::stream::unfold(state, |mut state| async move {
         if state.done {

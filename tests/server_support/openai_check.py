@@ -69,9 +69,11 @@ out["chat_text"] = chat.choices[0].message.content
 # n = 2 and two prompts: four choices, read through the client's own types.
 multi = client.completions.create(model=model, prompt=["Hi", "Bye"], max_tokens=2, n=2, seed=3, temperature=1.0)
 out["n2_completions"] = [{"index": c.index, "text": c.text, "finish_reason": c.finish_reason} for c in multi.choices]
-# Chat takes n = 1 for now: a 400 the client raises as BadRequestError.
+chat2 = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}], max_tokens=2, n=2)
+out["n2_chat"] = [c.index for c in chat2.choices]
+# n beyond the limit is a 400 the client raises as BadRequestError.
 try:
-    client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}], max_tokens=2, n=2)
+    client.completions.create(model=model, prompt="x", max_tokens=2, n=1000)
     out["n2"] = None
 except openai.BadRequestError as e:
     out["n2"] = {"status": e.status_code, "body": e.body}
