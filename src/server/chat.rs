@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::chat_format::ChatFormat;
 use super::chat_tools::{chat_message, check_tool_order, parse_tools, tool_calls, ToolUse};
+use super::collect::collect_choices;
 use super::defaults::GenerationDefaults;
 use super::error::ApiError;
 use super::extract::ApiJson;
@@ -16,7 +17,7 @@ use super::format::{chat_logprobs, Extras, Frame};
 use super::params::{engine_request, parse_common, parse_logprobs, refuse_unknown, ParsedParams};
 use super::protocol::ChatRequest;
 use super::reasoning::ReasoningSplitter;
-use super::response::{ChatChoice, ChatCompletion, ResponseMessage, Usage};
+use super::response::{ChatChoice, ChatCompletion, ResponseMessage};
 use super::state::AppState;
 use super::stream::sse_response;
 
@@ -50,21 +51,11 @@ pub async fn chat_completions(
     if parsed.stream {
         return Ok(sse_response(choices, n, parsed.include_usage));
     }
-    let outputs = futures::future::join_all(
-        choices.into_iter().map(|(handle, format)| async move { (handle.collect_async().await, format) }),
-    )
-    .await;
-    let mut usage = Usage::new(0, 0, 0);
+    let (outputs, usage) = collect_choices(choices, n).await?;
     let mut body_choices = Vec::with_capacity(outputs.len());
     let mut frame = None;
     for (index, (output, mut format)) in outputs.into_iter().enumerate() {
-        if output.finish_reason == FinishReason::Error {
-            return Err(ApiError::internal(output.error.unwrap_or_else(|| "generation failed".into())));
-        }
         body_choices.push(chat_choice(&state, &mut format, &output, tools.as_ref(), index));
-        // The copies share one prompt: it counts once.
-        let (prompt, cached) = if index == 0 { (output.prompt_token_ids.len(), output.cached_tokens) } else { (0, 0) };
-        usage.add(prompt, cached, output.token_ids.len());
         frame.get_or_insert(format.frame);
     }
     let Some(frame) = frame else { return Err(ApiError::internal("no choices")) };

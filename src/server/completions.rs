@@ -5,6 +5,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+use super::collect::collect_choices;
 use super::defaults::GenerationDefaults;
 use super::echo::{echo_logprobs, extend_logprobs, vllm_prompt_logprobs, PromptEcho};
 use super::error::ApiError;
@@ -117,25 +118,14 @@ pub async fn completions(
     if completion.parsed.stream {
         return Ok(sse_response(choices, n, completion.parsed.include_usage));
     }
-    let outputs = futures::future::join_all(
-        choices.into_iter().map(|(handle, format)| async move { (handle.collect_async().await, format) }),
-    )
-    .await;
-    let mut usage = Usage::new(0, 0, 0);
+    let (outputs, usage) = collect_choices(choices, n).await?;
     let mut body_choices = Vec::with_capacity(outputs.len());
     let mut frame = None;
     for (index, (output, mut format)) in outputs.into_iter().enumerate() {
-        if output.finish_reason == FinishReason::Error {
-            return Err(ApiError::internal(output.error.unwrap_or_else(|| "generation failed".into())));
-        }
         format.scored = output.prompt_logprobs;
         let choice = format.prompt_choice().unwrap_or_else(|| format.choice(&[], ""));
         let choice = format.append(choice, &output.tokens, &output.text);
         body_choices.push(CompletionChoice { index, finish_reason: Some(output.finish_reason.as_str()), ..choice });
-        // Each prompt's tokens count once, however many copies it has.
-        let (prompt, cached) =
-            if index % n == 0 { (output.prompt_token_ids.len(), output.cached_tokens) } else { (0, 0) };
-        usage.add(prompt, cached, output.token_ids.len());
         frame.get_or_insert(format.frame);
     }
     let Some(frame) = frame else { return Err(ApiError::internal("no choices")) };

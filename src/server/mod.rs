@@ -11,6 +11,7 @@
 mod chat;
 mod chat_format;
 mod chat_tools;
+mod collect;
 mod completions;
 mod defaults;
 mod echo;
