@@ -26,6 +26,8 @@ enum Command {
     /// Accuracy and speed per decoding strategy on HumanEval, GSM-Symbolic or MMLU
     /// (data from `scripts/fetch-eval-data`).
     Eval(cli::eval::EvalArgs),
+    /// Several systems' load-test runs (`loadtest --json` files) in one chart against rate.
+    PlotSweep(cli::plot_sweep::PlotSweepArgs),
     /// Perplexity of a text file, computed as llama.cpp's llama-perplexity computes it.
     Perplexity(cli::perplexity::PerplexityArgs),
 }
@@ -47,6 +49,7 @@ fn main() {
         Command::PlotMetrics(args) => cli::plot_metrics::run(args),
         Command::Eval(args) => cli::eval::run(args),
         Command::Perplexity(args) => cli::perplexity::run(args),
+        Command::PlotSweep(args) => cli::plot_sweep::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {}", error_chain(&e));

@@ -115,6 +115,25 @@ fn sweep_draws_throughput_and_ttft_against_rate() {
     assert!(svg.starts_with("<svg") || svg.contains("<svg"), "not an SVG");
     assert!(svg.contains("Output throughput") && svg.contains("P99 time to first token"));
     assert!(svg.matches("<polyline").count() >= 2, "one line per panel");
+
+    // Two systems with latency targets: goodput on the left, a labelled line per system, and
+    // the JSON a run writes reads back as the same reports.
+    config.slo = Slo::parse(&["ttft:600000".into()]).expect("slo");
+    let with_slo = runtime().block_on(loadtest::sweep(&config, &[5.0, 50.0])).expect("sweep");
+    let json = serde_json::to_string(&serde_json::json!({ "sweep": with_slo })).expect("json");
+    let read: serde_json::Value = serde_json::from_str(&json).expect("parse");
+    let reread: Vec<loadtest::LoadTestReport> = serde_json::from_value(read["sweep"].clone()).expect("reports");
+    assert_eq!(reread.len(), 2);
+    assert_eq!(reread[1].summary.goodput, with_slo[1].summary.goodput);
+    let series = [
+        loadtest::Series { label: "system-a", reports: &with_slo },
+        loadtest::Series { label: "system-b", reports: &reread },
+    ];
+    loadtest::draw_sweeps(&path, &series).expect("draw two");
+    let svg = std::fs::read_to_string(&path).expect("svg written");
+    assert!(svg.contains("Goodput") && !svg.contains("Output throughput"));
+    assert!(svg.contains("system-a") && svg.contains("system-b"), "a legend entry per system");
+    assert!(svg.matches("<polyline").count() >= 4, "two lines per panel");
     let _ = std::fs::remove_file(&path);
 }
 

@@ -4,6 +4,7 @@ pub mod eval;
 pub mod loadtest;
 pub mod perplexity;
 pub mod plot_metrics;
+pub mod plot_sweep;
 pub mod prompts;
 pub mod run;
 pub mod serve;

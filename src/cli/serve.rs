@@ -40,6 +40,10 @@ pub struct ServeArgs {
     /// KV cache size in MiB.
     #[arg(long, default_value_t = EngineConfig::DEFAULT_KV_CACHE_BYTES >> 20)]
     pub kv_cache_mb: usize,
+    /// KV cache size in tokens instead (rounded up to whole blocks), e.g. to match another
+    /// server's `-c`.
+    #[arg(long, conflicts_with = "kv_cache_mb")]
+    pub kv_cache_tokens: Option<usize>,
     /// KV cache values: f16 (twice the tokens in the same memory, less memory traffic per
     /// decode step; the default for GGUF models with the int8 kernels) or f32 (exact; the
     /// default with the quantized kernels and for safetensors checkpoints).
@@ -79,8 +83,20 @@ pub fn run(args: ServeArgs) -> Result<()> {
     config.max_queued_requests = Some(args.max_queue.unwrap_or_else(|| config.serving_max_queued_requests()));
     config.max_model_len = args.max_model_len;
     config.kv_cache_bytes = args.kv_cache_mb << 20;
+    config.num_blocks = args.kv_cache_tokens.map(|tokens| tokens.div_ceil(config.block_size));
     config.kv_cache_dtype = args.kv_cache_dtype;
     let engine = Arc::new(Engine::start(config)?);
+    let info = engine.info();
+    let tokens = info.num_blocks * info.block_size;
+    let bytes_per_token =
+        info.model_config.kv_bytes_per_token() / if info.kv_cache_dtype == entrobatch::KvDtype::F16 { 2 } else { 1 };
+    println!(
+        "KV cache: {} blocks of {} tokens = {tokens} tokens, {:?}, {} MiB",
+        info.num_blocks,
+        info.block_size,
+        info.kv_cache_dtype,
+        (tokens * bytes_per_token) >> 20
+    );
     let server_config = ServerConfig {
         served_model_name: args.served_model_name.clone(),
         shutdown_grace: Duration::from_secs(args.shutdown_grace),

@@ -8,14 +8,14 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{CONTENT_TYPE, HOST};
 use hyper_util::rt::TokioIo;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::net::TcpStream;
 
 use super::target::Target;
 
 /// One request as the client saw it; times in seconds.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct RequestOutcome {
     pub index: usize,
     /// Send time relative to the start of the run.

@@ -18,14 +18,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 pub use arrivals::{poisson_arrivals, synthetic_prompt};
 pub use client::RequestOutcome;
 #[cfg(feature = "plots")]
-pub use plot::draw_sweep;
+pub use plot::{draw_sweep, draw_sweeps, Series};
 pub use report::print_report;
 pub use stats::{percentile, summarize, Distribution, Slo, Summary};
 pub use target::Target;
@@ -82,7 +82,7 @@ impl LoadTestConfig {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct LoadTestReport {
     pub url: String,
     pub rate: Option<f64>,

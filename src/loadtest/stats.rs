@@ -4,12 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::client::RequestOutcome;
 
 /// Latency targets in milliseconds (`--goodput ttft:MS tpot:MS e2el:MS`).
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Slo {
     pub ttft_ms: Option<f64>,
     pub tpot_ms: Option<f64>,
@@ -48,7 +48,7 @@ impl Slo {
 }
 
 /// Mean and percentiles of one metric, in milliseconds.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Distribution {
     pub mean: f64,
     pub p50: f64,
@@ -93,7 +93,7 @@ pub fn tpot(r: &RequestOutcome) -> Option<f64> {
 /// The outcome of a request the time limit kept from being sent: not a failure.
 pub const NOT_SENT: &str = "not sent: time limit reached";
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Summary {
     pub requests: usize,
     pub completed: usize,
