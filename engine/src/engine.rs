@@ -106,6 +106,7 @@ impl Engine {
             metrics: metrics.clone(),
             commands: receiver,
             requests: HashMap::new(),
+            followers: Default::default(),
             draining: false,
             #[cfg(feature = "faults")]
             faults: config.faults.clone(),

@@ -6,10 +6,11 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, TryRecvError};
 use entrobatch_model_runner::{ForwardOutput, GgufTokenizer, ModelRunner};
-use entrobatch_scheduler::{NewSequence, Scheduler};
+use entrobatch_scheduler::Scheduler;
 use rayon::prelude::*;
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::admission::Followers;
 use crate::batch_builder::{build_batch, SpanResult};
 use crate::event::{Event, FinishReason, GeneratedToken, RequestId};
 #[cfg(feature = "faults")]
@@ -77,6 +78,8 @@ pub struct EngineLoop {
     pub metrics: Arc<EngineMetrics>,
     pub commands: Receiver<Command>,
     pub requests: HashMap<RequestId, RequestState>,
+    /// Copies of a prompt waiting for its first copy's prefill (`admission.rs`).
+    pub followers: Followers,
     pub draining: bool,
     #[cfg(feature = "faults")]
     pub faults: FaultInjection,
@@ -102,6 +105,7 @@ impl EngineLoop {
             self.step();
             self.publish_gauges();
         }
+        self.abort_all_followers();
         for (id, state) in self.requests.drain() {
             self.metrics.release_in_flight();
             let counts = self.scheduler.get(id).map(SequenceCounts::of).unwrap_or_default();
@@ -156,8 +160,12 @@ impl EngineLoop {
 
     fn handle(&mut self, cmd: Command) -> bool {
         match cmd {
-            Command::Submit(batch) => batch.into_iter().for_each(|req| self.admit(req)),
-            Command::Abort(id) => self.finish_request(id, FinishReason::Abort, None),
+            Command::Submit(batch) => self.admit_batch(batch),
+            Command::Abort(id) => {
+                if !self.abort_follower(id) {
+                    self.finish_request(id, FinishReason::Abort, None);
+                }
+            }
             Command::Shutdown { finish_in_flight } => {
                 self.draining = true;
                 if !finish_in_flight {
@@ -166,34 +174,6 @@ impl EngineLoop {
             }
         }
         true
-    }
-
-    fn admit(&mut self, req: PendingRequest) {
-        let PendingRequest { id, request, sender } = req;
-        let PreparedRequest { prompt_token_ids, params, strategy, constraint, seed } = request;
-        let num_prompt = prompt_token_ids.len();
-        let max_tokens = params.scheduled_max_tokens();
-        let skip_prefix_cache = params.prompt_logprobs.is_some();
-        let eos = self.tokenizer.eos_token_ids.clone();
-        let mut state = RequestState::new(params, seed, num_prompt, sender, eos, strategy);
-        state.constraint = constraint;
-        if self.draining {
-            self.metrics.release_in_flight();
-            state.finish(FinishReason::Abort, Some("engine is shutting down".into()), SequenceCounts::default());
-            return;
-        }
-        let new_seq = NewSequence { id, prompt_token_ids, max_tokens, skip_prefix_cache };
-        match self.scheduler.add(new_seq) {
-            Ok(()) => {
-                self.metrics.prompt_tokens.fetch_add(num_prompt as u64, Ordering::Relaxed);
-                self.requests.insert(id, state);
-            }
-            Err(e) => {
-                self.metrics.requests_rejected.fetch_add(1, Ordering::Relaxed);
-                self.metrics.release_in_flight();
-                state.finish(FinishReason::Error, Some(e.to_string()), SequenceCounts::default());
-            }
-        }
     }
 
     fn step(&mut self) {
@@ -356,6 +336,9 @@ impl EngineLoop {
             if let Some(t) = timing.inter_token_latency {
                 self.metrics.inter_token_latency.observe(t);
             }
+            if appended.num_output_tokens == 1 {
+                self.release_followers(id);
+            }
             if let Some(reason) = finish {
                 self.finish_request(id, reason, None);
                 return;
@@ -388,6 +371,7 @@ impl EngineLoop {
             self.publish_gauges();
             state.finish(reason, error, counts);
         }
+        self.release_followers(id);
     }
 
     fn publish_gauges(&self) {

@@ -8,6 +8,7 @@
 //! # Ok::<(), entrobatch_engine::EngineError>(())
 //! ```
 
+mod admission;
 mod batch_builder;
 pub mod config;
 pub mod detokenizer;
