@@ -28,6 +28,8 @@ fn serve_loadtest_and_sigterm() {
         .and_then(|rest| rest.split_whitespace().next())
         .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
         .to_string();
+    let kv = lines.next().expect("a second line").expect("utf-8");
+    assert!(kv.starts_with("KV cache: ") && kv.contains(" blocks of 16 tokens = "), "{kv:?}");
 
     let json_path =
         std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("entrobatch-lt-{}.json", std::process::id()));

@@ -86,17 +86,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
     config.num_blocks = args.kv_cache_tokens.map(|tokens| tokens.div_ceil(config.block_size));
     config.kv_cache_dtype = args.kv_cache_dtype;
     let engine = Arc::new(Engine::start(config)?);
-    let info = engine.info();
-    let tokens = info.num_blocks * info.block_size;
-    let bytes_per_token =
-        info.model_config.kv_bytes_per_token() / if info.kv_cache_dtype == entrobatch::KvDtype::F16 { 2 } else { 1 };
-    println!(
-        "KV cache: {} blocks of {} tokens = {tokens} tokens, {:?}, {} MiB",
-        info.num_blocks,
-        info.block_size,
-        info.kv_cache_dtype,
-        (tokens * bytes_per_token) >> 20
-    );
+    // After the `listening on` line, which scripts read first.
+    let kv_line = kv_pool_line(&engine);
     let server_config = ServerConfig {
         served_model_name: args.served_model_name.clone(),
         shutdown_grace: Duration::from_secs(args.shutdown_grace),
@@ -116,8 +107,24 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
         let addr = listener.local_addr()?;
         println!("listening on http://{addr} (model {})", engine.info().model_name);
+        println!("{kv_line}");
         serve_until_signal(listener, engine, server_config).await.context("server failed")
     })?;
     println!("server stopped");
     Ok(())
+}
+
+/// What the KV pool holds, as chosen from `--kv-cache-mb` or `--kv-cache-tokens`.
+fn kv_pool_line(engine: &Engine) -> String {
+    let info = engine.info();
+    let tokens = info.num_blocks * info.block_size;
+    let per_token =
+        info.model_config.kv_bytes_per_token() / if info.kv_cache_dtype == entrobatch::KvDtype::F16 { 2 } else { 1 };
+    let dtype = format!("{:?}", info.kv_cache_dtype).to_lowercase();
+    format!(
+        "KV cache: {} blocks of {} tokens = {tokens} tokens ({dtype}, {} MiB)",
+        info.num_blocks,
+        info.block_size,
+        (tokens * per_token) >> 20
+    )
 }
