@@ -35,15 +35,24 @@ fn tiny() -> PathBuf {
 fn each_task_runs_two_items_per_strategy() {
     let model = tiny();
     let specs = parse_strategies("plain,entropix,mti:tau=0.5:w=1.5").expect("strategies");
-    let options = RunOptions { model, max_tokens: Some(6), temperature: 0.0, seed: 1, max_num_seqs: 8 };
+    let options = RunOptions {
+        model,
+        max_tokens: Some(6),
+        temperature: 0.0,
+        seed: 1,
+        max_num_seqs: 8,
+        chunk: 256,
+        resume_dir: None,
+    };
     for kind in [TaskKind::Humaneval, TaskKind::GsmSymbolic, TaskKind::Mmlu] {
         let task = load_task(kind, &load_options(2)).expect("load task");
         assert_eq!(task.items().len(), 2, "{kind:?}");
         for spec in &specs {
             let (mut decoded, mut graded) = (0, false);
             let mut on = |p: Progress| match p {
+                Progress::Restored(n) => assert_eq!(n, 0),
                 Progress::Decoded => decoded += 1,
-                Progress::Grading => graded = true,
+                Progress::Grading | Progress::Graded => graded = true,
             };
             let r = run_strategy(task.as_ref(), spec, &options, &mut on).expect("run");
             assert_eq!((decoded, graded), (2, true), "{kind:?} {}", spec.label);
@@ -131,6 +140,11 @@ fn mmlu_grader_reads_the_letter() {
     assert!(task.grade(0, &format!("{expected}. whatever")).expect("grade").correct);
     let other = ["A", "B", "C", "D"].into_iter().find(|l| *l != expected).expect("letter");
     assert!(!task.grade(0, other).expect("grade").correct);
+    // Read from the first token's distribution: the most likely letter token, spaced or not.
+    let top = |first: &str| vec![("The".to_string(), -0.5), (format!(" {first}"), -1.0), (expected.clone(), -1.5)];
+    assert_eq!(task.first_token_choice(0, &top(other)), Some((other.to_string(), false)));
+    assert_eq!(task.first_token_choice(0, &top(&expected)), Some((expected.clone(), true)));
+    assert_eq!(task.first_token_choice(0, &[("Hello".into(), -0.1), ("AB".into(), -0.2)]), None);
 }
 
 #[test]
@@ -148,6 +162,62 @@ fn strategies_parse_and_bootstrap_bounds() {
     let half: Vec<bool> = (0..40).map(|i| i % 2 == 0).collect();
     let ci = accuracy_interval(&half, 1);
     assert!(ci.low > 0.25 && ci.low < 0.5 && ci.high > 0.5 && ci.high < 0.75, "{ci:?}");
+}
+
+/// Seeded samples of 3 items x 2, in chunks of 4 requests, kept on disk.
+fn sampled_run(
+    model: &std::path::Path,
+    dir: &std::path::Path,
+    max_tokens: usize,
+) -> anyhow::Result<(entrobatch::eval::StrategyResult, usize, usize)> {
+    let task = load_task(TaskKind::GsmSymbolic, &load_options(3)).expect("load");
+    let spec = &parse_strategies("plain:t=1.0:n=2").expect("spec")[0];
+    let options = RunOptions {
+        model: model.to_path_buf(),
+        max_tokens: Some(max_tokens),
+        temperature: 0.0,
+        seed: 5,
+        max_num_seqs: 8,
+        chunk: 4,
+        resume_dir: Some(dir.to_path_buf()),
+    };
+    let (mut restored, mut decoded) = (0, 0);
+    let mut on = |p: Progress| match p {
+        Progress::Restored(n) => restored += n,
+        Progress::Decoded => decoded += 1,
+        _ => {}
+    };
+    let r = run_strategy(task.as_ref(), spec, &options, &mut on)?;
+    Ok((r, restored, decoded))
+}
+
+#[test]
+fn stopped_run_resumes_where_it_stopped() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("entrobatch-eval-resume-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let model = tiny();
+    let (full, restored, decoded) = sampled_run(&model, &dir, 5).expect("first run");
+    assert_eq!((restored, decoded, full.n, full.samples, full.items.len()), (0, 6, 3, 2, 6));
+    let file = dir.join("gsm-symbolic-plain_t=1.0_n=2.jsonl");
+    let text = std::fs::read_to_string(&file).expect("checkpoint");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "a header and two chunks (4 + 2 requests)");
+    // As if stopped while writing the second chunk: its line is cut.
+    std::fs::write(&file, format!("{}\n{}\n{}", lines[0], lines[1], &lines[2][..lines[2].len() / 2])).expect("cut");
+    let (resumed, restored, decoded) = sampled_run(&model, &dir, 5).expect("resumed run");
+    assert_eq!((restored, decoded), (4, 2), "only the cut chunk is decoded again");
+    let key = |r: &entrobatch::eval::StrategyResult| {
+        r.items.iter().map(|i| (i.id.clone(), i.sample, i.completion.clone())).collect::<Vec<_>>()
+    };
+    assert_eq!(key(&resumed), key(&full), "same items, samples and (seeded) completions, in item order");
+    assert_eq!((resumed.accuracy, resumed.output_tokens), (full.accuracy, full.output_tokens));
+    // The samples of an item differ (seed + k), so n = 2 measured two draws, not one twice.
+    assert!(full.items.chunks(2).any(|pair| pair[0].completion != pair[1].completion), "{:?}", key(&full));
+    // Another setting refuses the file instead of mixing two runs.
+    let err = sampled_run(&model, &dir, 6).expect_err("max_tokens differs").to_string();
+    assert!(err.contains("holds another run"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -170,10 +240,13 @@ fn cli_writes_json_table_and_svg() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("| plain |") && table.contains("| mti:tau=0:w=2 |"), "{table}");
+    assert!(table.contains("McNemar p") && table.contains("option logprob acc."), "{table}");
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parse");
     assert_eq!(report["strategies"].as_array().map(Vec::len), Some(2));
     assert_eq!(report["strategies"][1]["items"].as_array().map(Vec::len), Some(2));
+    assert_eq!(report["strategies"][1]["paired"]["baseline"], "plain");
+    assert!(report["strategies"][0]["first_token_accuracy"].is_number(), "MMLU reads the first token's logprobs");
     let svg = std::fs::read_to_string(json.with_extension("svg")).expect("svg");
     assert!(svg.contains("<svg") && svg.contains("mti:tau=0:w=2") && svg.contains("output tokens/s"));
     let bad = Command::new(env!("CARGO_BIN_EXE_entrobatch"))

@@ -26,16 +26,7 @@ pub struct Followers {
 impl EngineLoop {
     pub(crate) fn admit(&mut self, req: PendingRequest) {
         if self.draining {
-            self.metrics.release_in_flight();
-            let PendingRequest { request, sender, .. } = req;
-            let _ = sender.send(Event::Finished {
-                reason: FinishReason::Abort,
-                prompt_tokens: request.prompt_token_ids().len(),
-                cached_tokens: 0,
-                completion_tokens: 0,
-                error: Some("engine is shutting down".into()),
-                strategy_stats: None,
-            });
+            self.end_unadmitted(req, "engine is shutting down");
             return;
         }
         self.admit_accepted(req);
@@ -70,23 +61,30 @@ impl EngineLoop {
     pub(crate) fn admit_batch(&mut self, batch: Vec<PendingRequest>) {
         let sharing = self.scheduler.config().enable_prefix_caching && !self.draining;
         let block_size = self.scheduler.config().block_size;
-        let mut admitted: Vec<(RequestId, Vec<u32>)> = Vec::new();
-        for req in batch {
-            let prompt = req.request.prompt_token_ids();
-            let shareable = sharing && prompt.len() > block_size && req.request.params().prompt_logprobs.is_none();
-            let leader = shareable
-                .then(|| admitted.iter().find(|(id, ids)| ids == prompt && self.requests.contains_key(id)))
-                .flatten()
-                .map(|(id, _)| *id);
+        let shareable: Vec<bool> = batch
+            .iter()
+            .map(|r| {
+                sharing
+                    && r.request.prompt_token_ids().len() > block_size
+                    && r.request.params().prompt_logprobs.is_none()
+            })
+            .collect();
+        // For each request, the earlier one in the batch with the same shareable prompt, if any.
+        let leader_index: Vec<Option<usize>> = (0..batch.len())
+            .map(|i| {
+                let prompt = batch[i].request.prompt_token_ids();
+                (shareable[i])
+                    .then(|| (0..i).find(|&j| shareable[j] && batch[j].request.prompt_token_ids() == prompt))
+                    .flatten()
+            })
+            .collect();
+        let ids: Vec<RequestId> = batch.iter().map(|r| r.id).collect();
+        for (i, req) in batch.into_iter().enumerate() {
+            // A leader the scheduler refused is not running: its copies go in on their own.
+            let leader = leader_index[i].map(|j| ids[j]).filter(|id| self.requests.contains_key(id));
             match leader {
                 Some(leader) => self.followers.by_leader.entry(leader).or_default().push(req),
-                None => {
-                    let (id, ids) = (req.id, shareable.then(|| prompt.to_vec()));
-                    self.admit(req);
-                    if let Some(ids) = ids {
-                        admitted.push((id, ids));
-                    }
-                }
+                None => self.admit(req),
             }
         }
     }
@@ -120,7 +118,8 @@ impl EngineLoop {
         }
     }
 
-    fn end_unadmitted(&self, req: PendingRequest, why: &str) {
+    /// Ends a request that never reached the scheduler: its stream gets an abort, nothing else.
+    pub(crate) fn end_unadmitted(&self, req: PendingRequest, why: &str) {
         self.metrics.release_in_flight();
         let _ = req.sender.send(Event::Finished {
             reason: FinishReason::Abort,

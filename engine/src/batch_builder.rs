@@ -1,5 +1,6 @@
 use std::collections::HashMap;
 use std::ops::Range;
+use std::time::Instant;
 
 use entrobatch_model_runner::{ForwardBatch, SeqSpan};
 use entrobatch_scheduler::{Scheduler, SchedulerOutput, SeqId};
@@ -25,10 +26,12 @@ pub struct SpanResult {
 /// varlen batch: the one place where the scheduler's and the runner's vocabularies meet. Query
 /// tokens, slots and block tables are read in place from the scheduler's sequences and copied
 /// once, into the batch.
+/// Each request that gets a span is marked scheduled at `step_started` (its queue time ends).
 pub fn build_batch(
     plan: &SchedulerOutput,
     scheduler: &Scheduler,
     requests: &mut HashMap<SeqId, RequestState>,
+    step_started: Instant,
 ) -> (ForwardBatch, Vec<SpanResult>) {
     let mut batch = ForwardBatch::default();
     let mut results = Vec::with_capacity(plan.scheduled.len());
@@ -75,6 +78,7 @@ pub fn build_batch(
                 batch.logits_rows.extend(rows.clone().map(|r| query_start + r));
                 (rows, first)
             });
+        state.times.on_scheduled(step_started);
         results.push(SpanResult {
             seq_id: scheduled.seq_id,
             span_index: batch.seqs.len(),

@@ -115,15 +115,7 @@ impl EngineLoop {
         while let Ok(cmd) = self.commands.try_recv() {
             let Command::Submit(batch) = cmd else { continue };
             for req in batch {
-                self.metrics.release_in_flight();
-                let _ = req.sender.send(Event::Finished {
-                    reason: FinishReason::Abort,
-                    prompt_tokens: req.request.prompt_token_ids.len(),
-                    cached_tokens: 0,
-                    completion_tokens: 0,
-                    error: Some("engine shut down".into()),
-                    strategy_stats: None,
-                });
+                self.end_unadmitted(req, "engine shut down");
             }
         }
         self.publish_gauges();
@@ -185,14 +177,9 @@ impl EngineLoop {
                 state.strategy.on_preempted();
             }
         }
-        let (batch, spans) = build_batch(&plan, &self.scheduler, &mut self.requests);
+        let (batch, spans) = build_batch(&plan, &self.scheduler, &mut self.requests, started);
         if batch.num_rows() == 0 {
             return;
-        }
-        for span in &spans {
-            if let Some(state) = self.requests.get_mut(&span.seq_id) {
-                state.times.on_scheduled(started);
-            }
         }
         let output = catch_unwind(AssertUnwindSafe(|| self.forward(&batch)));
         let output: ForwardOutput = match output {

@@ -127,8 +127,12 @@ impl KvCache {
 
     /// Blocks that fit in `budget_bytes`, so callers size the pool from memory, not a guess.
     pub fn blocks_for_budget(config: &ModelConfig, block_size: usize, budget_bytes: usize, dtype: KvDtype) -> usize {
-        let per_token = config.kv_bytes_per_token() / if dtype == KvDtype::F16 { 2 } else { 1 };
-        budget_bytes / (per_token * block_size).max(1)
+        budget_bytes / (Self::bytes_per_token(config, dtype) * block_size).max(1)
+    }
+
+    /// K and V of every layer for one token, stored as `dtype`.
+    pub fn bytes_per_token(config: &ModelConfig, dtype: KvDtype) -> usize {
+        config.kv_bytes_per_token() / if dtype == KvDtype::F16 { 2 } else { 1 }
     }
 
     pub fn dtype(&self) -> KvDtype {

@@ -8,7 +8,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use entrobatch::eval::runner::Progress;
-use entrobatch::eval::{load_task, parse_strategies, run_strategy, EvalReport, LoadOptions, RunOptions, TaskKind};
+use entrobatch::eval::{
+    compare_with_first, load_task, parse_strategies, run_strategy, EvalReport, LoadOptions, RunOptions, TaskKind,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Args, Debug)]
@@ -20,7 +22,9 @@ pub struct EvalArgs {
     #[arg(long)]
     pub task: TaskKind,
     /// Comma-separated strategies, each NAME[:KEY=VALUE...]: plain, entropix[:samples=N],
-    /// mti[:tau=T][:w=W][:neg=TEXT].
+    /// mti[:tau=T][:w=W][:neg=TEXT]; any of them with t=TEMPERATURE, top_p=P and n=SAMPLES
+    /// per item (e.g. plain:t=0.8:n=5 for pass@1 over 5 draws). The first is the baseline
+    /// of the paired comparisons.
     #[arg(long, default_value = "plain,entropix,mti:tau=1.0:w=1.5")]
     pub strategies: String,
     /// At most N items (a seeded sample for HumanEval and MMLU; N generated problems for
@@ -53,6 +57,14 @@ pub struct EvalArgs {
     /// Requests decoded together.
     #[arg(long, default_value_t = entrobatch::scheduler::SchedulerConfig::default().max_num_seqs)]
     pub max_num_seqs: usize,
+    /// Requests per batched job; each chunk is graded (and kept, with --resume-dir) before
+    /// the next starts.
+    #[arg(long, default_value_t = 256)]
+    pub chunk: usize,
+    /// Keep each strategy's graded chunks in DIR; rerunning the same command skips the
+    /// items they hold (a stopped evaluation goes on where it stopped).
+    #[arg(long)]
+    pub resume_dir: Option<PathBuf>,
 }
 
 pub fn run(args: EvalArgs) -> Result<()> {
@@ -75,8 +87,11 @@ pub fn run(args: EvalArgs) -> Result<()> {
         temperature: args.temperature,
         seed: args.seed,
         max_num_seqs: args.max_num_seqs,
+        chunk: args.chunk,
+        resume_dir: args.resume_dir.clone(),
     };
-    let bar = ProgressBar::new((n * specs.len()) as u64);
+    let requests: usize = specs.iter().map(|s| n * s.samples).sum();
+    let bar = ProgressBar::new(requests as u64);
     bar.set_style(
         ProgressStyle::with_template("{msg:>28} [{bar:30}] {pos}/{len} items ({elapsed}, eta {eta})")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -85,18 +100,43 @@ pub fn run(args: EvalArgs) -> Result<()> {
     for spec in &specs {
         bar.set_message(spec.label.clone());
         let mut on_progress = |p: Progress| match p {
+            // Restored work is not this run's speed: the ETA should not count it.
+            Progress::Restored(done) => {
+                bar.inc(done as u64);
+                bar.reset_eta();
+            }
             Progress::Decoded => bar.inc(1),
             Progress::Grading => bar.set_message(format!("{} (grading)", spec.label)),
+            Progress::Graded => {
+                bar.set_message(spec.label.clone());
+                // Not a terminal (a log file): the bar is hidden, so say where the run is.
+                if bar.is_hidden() {
+                    eprintln!(
+                        "{}: {}/{} requests graded, {} elapsed, eta {}",
+                        spec.label,
+                        bar.position(),
+                        requests,
+                        indicatif::HumanDuration(bar.elapsed()),
+                        indicatif::HumanDuration(bar.eta())
+                    );
+                }
+            }
         };
         let result = run_strategy(task.as_ref(), spec, &options, &mut on_progress)
             .with_context(|| format!("strategy {}", spec.label))?;
         bar.println(format!(
-            "{}: {}/{} correct, {:.1} output tok/s, {:.1} tokens per answer",
-            result.label, result.correct, result.n, result.tokens_per_sec, result.mean_output_len
+            "{}: {:.1}% ({}/{} correct), {:.1} output tok/s, {:.1} tokens per answer",
+            result.label,
+            100.0 * result.accuracy,
+            result.correct,
+            result.n * result.samples,
+            result.tokens_per_sec,
+            result.mean_output_len
         ));
         results.push(result);
     }
     bar.finish_and_clear();
+    compare_with_first(&mut results, args.seed);
 
     let report = EvalReport {
         model: model.display().to_string(),

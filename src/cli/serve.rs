@@ -118,8 +118,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
 fn kv_pool_line(engine: &Engine) -> String {
     let info = engine.info();
     let tokens = info.num_blocks * info.block_size;
-    let per_token =
-        info.model_config.kv_bytes_per_token() / if info.kv_cache_dtype == entrobatch::KvDtype::F16 { 2 } else { 1 };
+    let per_token = entrobatch::model_runner::KvCache::bytes_per_token(&info.model_config, info.kv_cache_dtype);
     let dtype = format!("{:?}", info.kv_cache_dtype).to_lowercase();
     format!(
         "KV cache: {} blocks of {} tokens = {tokens} tokens ({dtype}, {} MiB)",

@@ -16,19 +16,26 @@ pub struct Interval {
 /// The 95% percentile bootstrap interval of the mean of `outcomes` (seeded, so a report
 /// is reproducible); [0, 0] for no items.
 pub fn accuracy_interval(outcomes: &[bool], seed: u64) -> Interval {
-    let n = outcomes.len();
+    let scores: Vec<f64> = outcomes.iter().map(|&c| f64::from(u8::from(c))).collect();
+    mean_interval(&scores, seed)
+}
+
+/// The same interval for per-item scores in [0, 1] (the share of an item's samples that
+/// are correct) or per-item differences in [-1, 1] (a paired comparison).
+pub fn mean_interval(scores: &[f64], seed: u64) -> Interval {
+    let n = scores.len();
     if n == 0 {
         return Interval { low: 0.0, high: 0.0 };
     }
     let mut means: Vec<f64> = (0..RESAMPLES as u64)
         .map(|r| {
-            let hits = (0..n as u64)
-                .filter(|&i| {
+            let sum: f64 = (0..n as u64)
+                .map(|i| {
                     let u = crate::sampler::uniform(seed, r, i);
-                    outcomes[((u * n as f64) as usize).min(n - 1)]
+                    scores[((u * n as f64) as usize).min(n - 1)]
                 })
-                .count();
-            hits as f64 / n as f64
+                .sum();
+            sum / n as f64
         })
         .collect();
     means.sort_by(f64::total_cmp);
@@ -43,10 +50,10 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[lo] * (1.0 - frac) + sorted[hi] * frac
 }
 
-pub fn accuracy(outcomes: &[bool]) -> f64 {
-    if outcomes.is_empty() {
+pub fn mean(scores: &[f64]) -> f64 {
+    if scores.is_empty() {
         0.0
     } else {
-        outcomes.iter().filter(|&&c| c).count() as f64 / outcomes.len() as f64
+        scores.iter().sum::<f64>() / scores.len() as f64
     }
 }

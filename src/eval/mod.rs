@@ -5,7 +5,9 @@
 //! statistics.
 
 pub mod bootstrap;
+pub mod checkpoint;
 pub mod grading;
+pub mod paired;
 #[cfg(feature = "plots")]
 pub mod plot;
 pub mod report;
@@ -16,6 +18,6 @@ pub mod strategy_spec;
 pub mod tasks;
 
 pub use report::{EvalReport, StrategyResult};
-pub use runner::{run_strategy, RunOptions};
+pub use runner::{compare_with_first, run_strategy, RunOptions};
 pub use strategy_spec::{parse_strategies, StrategySpec};
 pub use tasks::{load_task, EvalItem, Grade, LoadOptions, Task, TaskKind};

@@ -2,16 +2,20 @@
 //! throughput, output length and own statistics, with every graded item for inspection;
 //! written as JSON and rendered as a Markdown table.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::bootstrap::Interval;
+use super::paired::PairedDiff;
 use super::stats::StrategyStats;
 use super::tasks::{Grade, TaskKind};
 use crate::Decoding;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ItemResult {
     pub id: String,
+    /// Which of the strategy's `n` samples of the item (0 with one).
+    #[serde(default)]
+    pub sample: usize,
     /// The expected answer (HumanEval: the entry point).
     pub reference: String,
     pub completion: String,
@@ -20,7 +24,13 @@ pub struct ItemResult {
     pub finish_reason: String,
     #[serde(flatten)]
     pub grade: Grade,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Tasks with options (MMLU): the option whose letter the first generated token's
+    /// distribution rates highest, and whether it is the right one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_token_choice: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_token_correct: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
@@ -29,11 +39,21 @@ pub struct StrategyResult {
     /// The `--strategies` entry as given.
     pub label: String,
     pub decoding: Decoding,
+    /// Items.
     pub n: usize,
+    /// Samples per item (`n=` in the strategy).
+    pub samples: usize,
+    /// Correct samples, over all items.
     pub correct: usize,
+    /// Mean over items of the share of their samples that are correct (pass@1).
     pub accuracy: f64,
-    /// 95% percentile bootstrap interval of `accuracy`.
+    /// 95% percentile bootstrap interval of `accuracy` over items.
     pub ci95: Interval,
+    /// Against the run's first strategy, item by item; None for the first itself.
+    pub paired: Option<PairedDiff>,
+    /// MMLU: accuracy of the answer read from the first token's option log-probabilities
+    /// (a property of the model's distribution, not of how the strategy draws from it).
+    pub first_token_accuracy: Option<f64>,
     pub output_tokens: usize,
     /// Prompt tokens prefilled: with short answers (MMLU) they, not decoding, take most of
     /// the time behind `tokens_per_sec`.
@@ -81,23 +101,40 @@ impl EvalReport {
             self.max_tokens,
             self.temperature
         );
-        out.push_str("| strategy | accuracy | 95% CI | output tok/s | mean output tokens | strategy stats |\n");
-        out.push_str("|---|---:|---:|---:|---:|---|\n");
+        let first_token = self.strategies.iter().any(|s| s.first_token_accuracy.is_some());
+        out.push_str("| strategy | accuracy | 95% CI | vs first (paired 95% CI) | +/- items | McNemar p |");
+        out.push_str(if first_token { " option logprob acc. |" } else { "" });
+        out.push_str(" output tok/s | mean output tokens | strategy stats |\n");
+        out.push_str("|---|---:|---:|---:|---:|---:|");
+        out.push_str(if first_token { "---:|" } else { "" });
+        out.push_str("---:|---:|---|\n");
         for s in &self.strategies {
             let errors = if s.errors > 0 { format!(" ({} errors)", s.errors) } else { String::new() };
+            let (diff, items, p) = match &s.paired {
+                Some(d) => (
+                    format!("{:+.1} ({:+.1} to {:+.1})", 100.0 * d.mean_diff, 100.0 * d.ci95.low, 100.0 * d.ci95.high),
+                    format!("+{} / -{}", d.better, d.worse),
+                    d.mcnemar_p.map_or("-".into(), |p| format!("{p:.3}")),
+                ),
+                None => ("baseline".into(), "-".into(), "-".into()),
+            };
             out.push_str(&format!(
-                "| {} | {:.1}% ({}/{}){} | {:.1}-{:.1}% | {:.1} | {:.1} | {} |\n",
+                "| {} | {:.1}% ({}/{}){} | {:.1}-{:.1}% | {} | {} | {} |",
                 s.label.replace('|', "\\|"),
                 100.0 * s.accuracy,
                 s.correct,
-                s.n,
+                s.n * s.samples,
                 errors,
                 100.0 * s.ci95.low,
                 100.0 * s.ci95.high,
-                s.tokens_per_sec,
-                s.mean_output_len,
-                s.stats.summary()
+                diff,
+                items,
+                p,
             ));
+            if first_token {
+                out.push_str(&s.first_token_accuracy.map_or(" - |".into(), |a| format!(" {:.1}% |", 100.0 * a)));
+            }
+            out.push_str(&format!(" {:.1} | {:.1} | {} |\n", s.tokens_per_sec, s.mean_output_len, s.stats.summary()));
         }
         out
     }

@@ -1,5 +1,6 @@
-//! One strategy over one task: every item is submitted at once and decoded as one batched
-//! engine job (the way a serving deployment would see them), then graded. Each strategy
+//! One strategy over one task: the items (times the strategy's samples) are submitted a
+//! chunk at a time and each chunk decoded as one batched engine job (the way a serving
+//! deployment would see them), then graded and, when resumable, written down. Each strategy
 //! gets a fresh engine, so no strategy finds prompts already in the prefix cache that an
 //! earlier one computed.
 
@@ -8,32 +9,51 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use super::bootstrap::{accuracy, accuracy_interval};
+use super::bootstrap::{mean, mean_interval};
+use super::checkpoint::{self, Checkpoint, Chunk, RunKey};
+use super::paired;
 use super::report::{ItemResult, StrategyResult};
 use super::stats::StrategyStats;
 use super::strategy_spec::StrategySpec;
 use super::tasks::{EvalItem, Grade, Task};
-use crate::{Decoding, Engine, EngineConfig, GenerationParams, Prompt, Request, SamplingParams};
+use crate::{Decoding, Engine, EngineConfig, GenerationOutput, GenerationParams, Prompt, Request, SamplingParams};
 
 #[derive(Clone, Debug)]
 pub struct RunOptions {
     pub model: PathBuf,
     /// Overrides the task's own output budget.
     pub max_tokens: Option<usize>,
-    /// 0 = greedy for plain and MTI; entropix sets its own temperatures.
+    /// 0 = greedy for plain and MTI; entropix sets its own temperatures. A strategy's `t=`
+    /// overrides it.
     pub temperature: f32,
     pub seed: u64,
     /// Requests decoded together; all of a job's items when it is at least that many.
     pub max_num_seqs: usize,
+    /// Requests per chunk: each chunk is decoded as one batched job, graded, and (with
+    /// `resume_dir`) written down before the next starts.
+    pub chunk: usize,
+    /// Where each strategy's graded chunks are kept; a rerun skips what they hold.
+    pub resume_dir: Option<PathBuf>,
 }
 
 /// What the runner reports while it works.
 #[derive(Clone, Copy, Debug)]
 pub enum Progress {
-    /// One more item finished decoding.
+    /// This many requests were already graded by an earlier run (resumed).
+    Restored(usize),
+    /// One more request finished decoding.
     Decoded,
-    /// Decoding is done; grading starts.
+    /// A chunk's decoding is done; its grading starts.
     Grading,
+    /// Grading is done; decoding goes on.
+    Graded,
+}
+
+/// One request of the job: item `index`'s sample `sample`.
+#[derive(Clone, Copy)]
+struct Work {
+    index: usize,
+    sample: usize,
 }
 
 pub fn run_strategy(
@@ -42,32 +62,96 @@ pub fn run_strategy(
     options: &RunOptions,
     on_progress: &mut dyn FnMut(Progress),
 ) -> Result<StrategyResult> {
-    let mut config = EngineConfig::new(&options.model);
-    config.max_num_seqs = options.max_num_seqs.max(1);
-    let engine = Engine::start(config)?;
-    let params = GenerationParams {
-        sampling: SamplingParams {
-            temperature: options.temperature,
-            seed: Some(options.seed),
-            ..SamplingParams::default()
-        },
-        max_tokens: options.max_tokens.unwrap_or_else(|| task.default_max_tokens()),
-        stop: task.stop(),
-        decoding: spec.decoding.clone(),
-        // Entropix reports its branch only in the metrics; MTI attaches them anyway.
-        return_metrics: matches!(spec.decoding, Decoding::Entropix(_)),
-        ..GenerationParams::default()
+    let max_tokens = options.max_tokens.unwrap_or_else(|| task.default_max_tokens());
+    let temperature = spec.temperature.unwrap_or(options.temperature);
+    let (mut checkpoint, mut chunks) = match &options.resume_dir {
+        Some(dir) => {
+            let key = RunKey {
+                model: options.model.display().to_string(),
+                task: task.kind().as_str().to_string(),
+                strategy: spec.label.clone(),
+                items: task.items().len(),
+                seed: options.seed,
+                max_tokens,
+                temperature,
+            };
+            let path = dir.join(checkpoint::file_name(task.kind().as_str(), &spec.label));
+            let (file, chunks) = Checkpoint::open(&path, &key)?;
+            (Some(file), chunks)
+        }
+        None => (None, Vec::new()),
     };
+    let done = checkpoint::done(&chunks);
+    let work: Vec<Work> = (0..task.items().len())
+        .flat_map(|index| (0..spec.samples).map(move |sample| Work { index, sample }))
+        .filter(|w| !done.contains(&(task.items()[w.index].id.clone(), w.sample)))
+        .collect();
+    on_progress(Progress::Restored(task.items().len() * spec.samples - work.len()));
 
+    if !work.is_empty() {
+        let mut config = EngineConfig::new(&options.model);
+        config.max_num_seqs = options.max_num_seqs.max(1);
+        let engine = Engine::start(config)?;
+        let params = GenerationParams {
+            sampling: SamplingParams {
+                temperature,
+                top_p: spec.top_p.unwrap_or(SamplingParams::default().top_p),
+                seed: Some(options.seed),
+                logprobs: task.reads_first_token().then_some(FIRST_TOKEN_TOP),
+                ..SamplingParams::default()
+            },
+            max_tokens,
+            stop: task.stop(),
+            decoding: spec.decoding.clone(),
+            // Entropix reports its branch only in the metrics; MTI attaches them anyway.
+            return_metrics: matches!(spec.decoding, Decoding::Entropix(_)),
+            ..GenerationParams::default()
+        };
+        for part in work.chunks(options.chunk.max(1)) {
+            let chunk = run_chunk(&engine, task, &params, part, on_progress)?;
+            if let Some(file) = checkpoint.as_mut() {
+                file.append(&chunk)?;
+            }
+            chunks.push(chunk);
+        }
+        engine.shutdown(crate::ShutdownMode::Abort);
+    }
+
+    let mut stats = StrategyStats::default();
+    for c in &chunks {
+        stats.merge(&c.stats);
+    }
+    let wall_secs = chunks.iter().map(|c| c.wall_secs).sum();
+    let position: std::collections::HashMap<&str, usize> =
+        task.items().iter().enumerate().map(|(i, item)| (item.id.as_str(), i)).collect();
+    let mut items: Vec<ItemResult> = chunks.into_iter().flat_map(|c| c.items).collect();
+    items.sort_by_key(|i| (position.get(i.id.as_str()).copied().unwrap_or(usize::MAX), i.sample));
+    Ok(summarise(spec, items, wall_secs, stats, options.seed))
+}
+
+/// Top log-probabilities read from an answer's first token: OpenAI's maximum, enough to
+/// hold every option letter whenever the model means to answer with one.
+const FIRST_TOKEN_TOP: usize = 20;
+
+/// Decodes `part` as one batched job, then grades it.
+fn run_chunk(
+    engine: &Engine,
+    task: &dyn Task,
+    params: &GenerationParams,
+    part: &[Work],
+    on_progress: &mut dyn FnMut(Progress),
+) -> Result<Chunk> {
     let start = Instant::now();
     // A prompt the engine rejects (too long for the model) is that item's wrong answer,
     // not the end of the run.
-    let handles: Vec<_> = task
-        .items()
+    let handles: Vec<_> = part
         .iter()
-        .map(|item| {
-            let prompt = with_prefix(&engine, item, &params)?;
-            engine.submit(Request::new(prompt, params.clone()))
+        .map(|w| {
+            let item = &task.items()[w.index];
+            let prompt = with_prefix(engine, item, params)?;
+            let mut params = params.clone();
+            params.sampling.seed = params.sampling.seed.map(|s| s + w.sample as u64);
+            engine.submit(Request::new(prompt, params))
         })
         .collect();
     let mut outputs = Vec::with_capacity(handles.len());
@@ -76,41 +160,56 @@ pub fn run_strategy(
         on_progress(Progress::Decoded);
     }
     let wall_secs = start.elapsed().as_secs_f64();
-    engine.shutdown(crate::ShutdownMode::Abort);
 
     on_progress(Progress::Grading);
     let stats =
         StrategyStats::from_outputs(outputs.iter().filter_map(|o| o.as_ref().ok()).map(|o| o.tokens.as_slice()));
     let mut items = Vec::with_capacity(outputs.len());
-    for (index, (item, output)) in task.items().iter().zip(outputs).enumerate() {
+    for (w, output) in part.iter().zip(outputs) {
+        let item = &task.items()[w.index];
         let record = match output {
             Ok(out) => {
-                let grade = task.grade(index, &out.text)?;
+                let grade = task.grade(w.index, &out.text)?;
+                let first = first_token_top(engine, &out).and_then(|top| task.first_token_choice(w.index, &top));
                 ItemResult {
                     id: item.id.clone(),
-                    reference: task.reference(index),
+                    sample: w.sample,
+                    reference: task.reference(w.index),
                     prompt_tokens: out.prompt_token_ids.len(),
                     output_tokens: out.token_ids.len(),
                     finish_reason: out.finish_reason.as_str().to_string(),
                     completion: out.text,
                     grade,
+                    // No option among the top tokens reads as a wrong answer, not as none.
+                    first_token_correct: task.reads_first_token().then(|| first.as_ref().is_some_and(|f| f.1)),
+                    first_token_choice: first.map(|f| f.0),
                     error: out.error,
                 }
             }
             Err(e) => ItemResult {
                 id: item.id.clone(),
-                reference: task.reference(index),
+                sample: w.sample,
+                reference: task.reference(w.index),
                 prompt_tokens: 0,
                 output_tokens: 0,
                 finish_reason: "rejected".into(),
                 completion: String::new(),
                 grade: Grade::default(),
+                first_token_choice: None,
+                first_token_correct: None,
                 error: Some(e),
             },
         };
         items.push(record);
     }
-    Ok(summarise(spec, items, wall_secs, stats, options.seed))
+    on_progress(Progress::Graded);
+    Ok(Chunk { wall_secs, stats, items })
+}
+
+/// The first generated token's top alternatives as (text, logprob), when they were asked.
+fn first_token_top(engine: &Engine, out: &GenerationOutput) -> Option<Vec<(String, f32)>> {
+    let logprob = out.tokens.first()?.logprob.as_ref()?;
+    logprob.top_logprobs.iter().map(|&(id, lp)| engine.tokenizer().decode(&[id], false).ok().map(|t| (t, lp))).collect()
 }
 
 /// The item's prompt, with its assistant prefix appended after the rendered template (as
@@ -122,7 +221,7 @@ fn with_prefix(engine: &Engine, item: &EvalItem, params: &GenerationParams) -> c
     Ok(Prompt::TokenIds(ids))
 }
 
-/// The per-strategy numbers from the graded items.
+/// The per-strategy numbers from the graded items (in item order, samples adjacent).
 pub fn summarise(
     spec: &StrategySpec,
     items: Vec<ItemResult>,
@@ -130,15 +229,20 @@ pub fn summarise(
     stats: StrategyStats,
     seed: u64,
 ) -> StrategyResult {
-    let outcomes: Vec<bool> = items.iter().map(|i| i.grade.correct).collect();
+    let scores = item_scores(&items, |i| i.grade.correct);
+    let first_token: Vec<bool> = items.iter().filter_map(|i| i.first_token_correct).collect();
     let output_tokens: usize = items.iter().map(|i| i.output_tokens).sum();
     StrategyResult {
         label: spec.label.clone(),
         decoding: spec.decoding.clone(),
-        n: items.len(),
-        correct: outcomes.iter().filter(|&&c| c).count(),
-        accuracy: accuracy(&outcomes),
-        ci95: accuracy_interval(&outcomes, seed),
+        n: scores.len(),
+        samples: spec.samples,
+        correct: items.iter().filter(|i| i.grade.correct).count(),
+        accuracy: mean(&scores),
+        ci95: mean_interval(&scores, seed),
+        paired: None,
+        first_token_accuracy: (!first_token.is_empty())
+            .then(|| first_token.iter().filter(|&&c| c).count() as f64 / items.len() as f64),
         output_tokens,
         prompt_tokens: items.iter().map(|i| i.prompt_tokens).sum(),
         wall_secs,
@@ -147,5 +251,92 @@ pub fn summarise(
         errors: items.iter().filter(|i| i.error.is_some()).count(),
         stats,
         items,
+    }
+}
+
+/// Per item (consecutive records with one id), the share of its samples for which
+/// `correct` holds.
+pub fn item_scores(items: &[ItemResult], correct: impl Fn(&ItemResult) -> bool) -> Vec<f64> {
+    let mut scores = Vec::new();
+    let mut run: Option<(&str, usize, usize)> = None;
+    for item in items {
+        match &mut run {
+            Some((id, hits, total)) if *id == item.id.as_str() => {
+                *hits += usize::from(correct(item));
+                *total += 1;
+            }
+            _ => {
+                if let Some((_, hits, total)) = run {
+                    scores.push(hits as f64 / total as f64);
+                }
+                run = Some((item.id.as_str(), usize::from(correct(item)), 1));
+            }
+        }
+    }
+    if let Some((_, hits, total)) = run {
+        scores.push(hits as f64 / total as f64);
+    }
+    scores
+}
+
+/// Fills each strategy's paired comparison against the first, item by item.
+pub fn compare_with_first(results: &mut [StrategyResult], seed: u64) {
+    let Some((first, rest)) = results.split_first_mut() else { return };
+    let base = item_scores(&first.items, |i| i.grade.correct);
+    let base_ids: Vec<&str> = distinct_ids(&first.items);
+    for r in rest {
+        let scores = item_scores(&r.items, |i| i.grade.correct);
+        if distinct_ids(&r.items) != base_ids {
+            tracing::warn!("{} and {} graded different items; no paired comparison", r.label, first.label);
+            continue;
+        }
+        let binary = first.samples == 1 && r.samples == 1;
+        r.paired = Some(paired::compare(&first.label, &base, &scores, binary, seed));
+    }
+}
+
+fn distinct_ids(items: &[ItemResult]) -> Vec<&str> {
+    let mut ids: Vec<&str> = items.iter().map(|i| i.id.as_str()).collect();
+    ids.dedup();
+    ids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str, sample: usize, correct: bool) -> ItemResult {
+        ItemResult {
+            id: id.into(),
+            sample,
+            reference: String::new(),
+            completion: String::new(),
+            prompt_tokens: 1,
+            output_tokens: 1,
+            finish_reason: "stop".into(),
+            grade: Grade { correct, ..Grade::default() },
+            first_token_choice: None,
+            first_token_correct: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn an_item_scores_the_share_of_its_samples_that_are_right() {
+        let items = [
+            record("a", 0, true),
+            record("a", 1, false),
+            record("a", 2, true),
+            record("b", 0, false),
+            record("b", 1, false),
+            record("b", 2, false),
+            record("c", 0, true),
+        ];
+        assert_eq!(item_scores(&items, |i| i.grade.correct), vec![2.0 / 3.0, 0.0, 1.0]);
+        let spec = crate::eval::strategy_spec::parse_strategy("plain:t=0.8:n=3").unwrap();
+        let r = summarise(&spec, items.to_vec(), 1.0, StrategyStats::default(), 0);
+        // pass@1 = mean over items of c_i / n (HumanEval's unbiased estimator at k = 1).
+        assert!((r.accuracy - (2.0 / 3.0 + 0.0 + 1.0) / 3.0).abs() < 1e-12);
+        assert_eq!((r.n, r.correct), (3, 3));
     }
 }

@@ -4,12 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::strategy::TriggerStats;
 use crate::GeneratedToken;
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StrategyStats {
     /// Tokens per entropix branch; None when no token reported one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -17,6 +17,8 @@ pub struct StrategyStats {
     /// MTI tokens decoded and the share that were guided; None without MTI tokens.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mti_tokens: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mti_guided: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mti_trigger_rate: Option<f64>,
 }
@@ -36,7 +38,25 @@ impl StrategyStats {
         Self {
             entropix_branches: (!branches.is_empty()).then_some(branches),
             mti_tokens: (mti.tokens > 0).then_some(mti.tokens),
+            mti_guided: (mti.tokens > 0).then_some(mti.triggered),
             mti_trigger_rate: (mti.tokens > 0).then(|| mti.rate()),
+        }
+    }
+
+    /// The statistics of two parts of one job (a resumed run's chunks) as one.
+    pub fn merge(&mut self, other: &StrategyStats) {
+        if let Some(theirs) = &other.entropix_branches {
+            let ours = self.entropix_branches.get_or_insert_with(BTreeMap::new);
+            for (branch, n) in theirs {
+                *ours.entry(branch.clone()).or_default() += n;
+            }
+        }
+        if let Some(tokens) = other.mti_tokens {
+            let total = self.mti_tokens.unwrap_or(0) + tokens;
+            let guided = self.mti_guided.unwrap_or(0) + other.mti_guided.unwrap_or(0);
+            self.mti_tokens = Some(total);
+            self.mti_guided = Some(guided);
+            self.mti_trigger_rate = Some(guided as f64 / total.max(1) as f64);
         }
     }
 

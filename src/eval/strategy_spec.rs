@@ -12,6 +12,13 @@ use crate::Decoding;
 pub struct StrategySpec {
     pub label: String,
     pub decoding: Decoding,
+    /// `t=`: overrides the run's `--temperature` (plain and MTI; entropix has its own).
+    pub temperature: Option<f32>,
+    /// `top_p=`: nucleus sampling for this strategy only.
+    pub top_p: Option<f32>,
+    /// `n=`: samples per item, seeded seed + k; the item's score is the share that are
+    /// correct, so the strategy's accuracy is pass@1 averaged over n draws.
+    pub samples: usize,
 }
 
 /// Parses the whole list; empty entries are skipped, an empty list is an error.
@@ -29,13 +36,34 @@ pub fn parse_strategies(list: &str) -> Result<Vec<StrategySpec>> {
 /// - `entropix[:samples=N][:FIELD=VALUE...]` with any `EntropixConfig` field
 /// - `mti[:tau=T][:w=W][:neg=TEXT]` (`tau=inf`: never guide; negative: always)
 /// - `wedlm[:window=W][:tau=T][:pos=L]` (needs a WeDLM checkpoint)
+///
+/// and on any of them the sampling options `t=T` (temperature; not entropix, which sets
+/// its own), `top_p=P` and `n=N` (samples per item).
 pub fn parse_strategy(spec: &str) -> Result<StrategySpec> {
     let mut parts = spec.split(':');
     let name = parts.next().unwrap_or_default().trim();
-    let options: Vec<(&str, &str)> = parts
+    let all: Vec<(&str, &str)> = parts
         .map(|p| p.split_once('=').map(|(k, v)| (k.trim(), v.trim())).ok_or_else(|| anyhow!("'{p}' is not KEY=VALUE")))
         .collect::<Result<_>>()
         .with_context(|| format!("strategy '{spec}'"))?;
+    let (sampling, options): (Vec<_>, Vec<_>) = all.into_iter().partition(|(k, _)| SAMPLING_KEYS.contains(k));
+    let (mut temperature, mut top_p, mut samples) = (None, None, 1);
+    for (key, value) in sampling {
+        match key {
+            "t" => temperature = Some(float(key, value).with_context(|| format!("strategy '{spec}'"))?),
+            "top_p" => top_p = Some(float(key, value).with_context(|| format!("strategy '{spec}'"))?),
+            _ => {
+                samples = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&n| (1..=MAX_SAMPLES).contains(&n))
+                    .ok_or_else(|| anyhow!("strategy '{spec}': n must be 1..={MAX_SAMPLES}, got '{value}'"))?
+            }
+        }
+    }
+    if temperature.is_some() && name == "entropix" {
+        bail!("strategy '{spec}': entropix sets its own temperatures; drop t=");
+    }
     let decoding = match name {
         "plain" => match options.first() {
             None => Decoding::Plain,
@@ -46,8 +74,13 @@ pub fn parse_strategy(spec: &str) -> Result<StrategySpec> {
         "wedlm" => Decoding::Wedlm(wedlm(&options).with_context(|| format!("strategy '{spec}'"))?),
         _ => bail!("unknown strategy '{name}' (known: plain, entropix, mti, wedlm)"),
     };
-    Ok(StrategySpec { label: spec.to_string(), decoding })
+    Ok(StrategySpec { label: spec.to_string(), decoding, temperature, top_p, samples })
 }
+
+/// Options every strategy takes; the rest belong to the strategy.
+const SAMPLING_KEYS: [&str; 3] = ["t", "top_p", "n"];
+/// As the server's `n`.
+const MAX_SAMPLES: usize = 64;
 
 fn float(key: &str, value: &str) -> Result<f32> {
     let v: f32 = value.parse().map_err(|_| anyhow!("{key}={value}: not a number"))?;
@@ -127,5 +160,20 @@ mod tests {
         assert_eq!(cfg.n_adaptive_samples, 3);
         assert!(parse_strategy("entropix:adaptive_score=best").is_err());
         assert!(parse_strategy("entropix:attention_pad_to=x").is_err());
+    }
+
+    #[test]
+    fn sampling_options_apply_to_any_strategy() {
+        let spec = parse_strategy("plain:t=0.7:top_p=0.9:n=5").unwrap();
+        assert_eq!(
+            (spec.decoding, spec.temperature, spec.top_p, spec.samples),
+            (Decoding::Plain, Some(0.7), Some(0.9), 5)
+        );
+        let spec = parse_strategy("mti:tau=0.5:w=1.5:n=2").unwrap();
+        assert_eq!((spec.samples, spec.temperature), (2, None));
+        assert!(parse_strategy("entropix:t=0.7").is_err(), "entropix has its own temperatures");
+        assert!(parse_strategy("plain:n=0").is_err());
+        assert!(parse_strategy("plain:n=65").is_err());
+        assert!(parse_strategy("plain:top_p=x").is_err());
     }
 }

@@ -54,7 +54,7 @@ pub struct EvalItem {
 }
 
 /// The verdict on one completion.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Grade {
     pub correct: bool,
     /// What the grader read from the completion (the number, the letter); None when it
@@ -79,6 +79,16 @@ pub trait Task: Send + Sync {
     fn stop(&self) -> Vec<String> {
         Vec::new()
     }
+    /// Whether the answer can also be read from the first generated token's distribution
+    /// (then the runner asks for its top log-probabilities).
+    fn reads_first_token(&self) -> bool {
+        false
+    }
+    /// The option the first token's top log-probabilities (token text, logprob) favour,
+    /// and whether it is right; None when none of the options is among them.
+    fn first_token_choice(&self, _index: usize, _top: &[(String, f32)]) -> Option<(String, bool)> {
+        None
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -102,8 +112,7 @@ pub fn load_task(kind: TaskKind, options: &LoadOptions) -> Result<Box<dyn Task>>
 }
 
 /// Indices of the items to evaluate: all of them, or a seeded sample of `limit` kept in
-/// dataset order. A sample rather than the first `limit`: MMLU's file is grouped by
-/// subject, so its head would measure a few subjects only.
+/// dataset order (a sample rather than the first `limit`, which may share a theme).
 pub fn select(total: usize, limit: Option<usize>, seed: u64) -> Vec<usize> {
     let Some(limit) = limit.filter(|&l| l < total) else { return (0..total).collect() };
     let mut indices: Vec<usize> = (0..total).collect();
