@@ -82,6 +82,13 @@ fn humaneval_grader_passes_canonical_and_fails_wrong_code() {
         let fenced = format!("Here it is:\n```python\n{}{}```\nIt works.", p.prompt, p.canonical_solution);
         assert!(grade_completion(p, &fenced, timeout).expect("run").correct, "{} fenced", p.task_id);
         assert!(grade_completion(p, &p.canonical_solution, timeout).expect("run").correct, "{} body", p.task_id);
+        // The model's own tests and demo calls at top level are dropped (evalplus's
+        // sanitizer), so a wrong test of its own cannot fail a right function.
+        let own_tests = format!(
+            "```python\n{}{}\ndef test():\n    assert False\ntest()\nprint(1 / 0)\n```",
+            p.prompt, p.canonical_solution
+        );
+        assert!(grade_completion(p, &own_tests, timeout).expect("run").correct, "{} own tests", p.task_id);
         let wrong = format!("```python\ndef {}(*args):\n    return None\n```", p.entry_point);
         let g = grade_completion(p, &wrong, timeout).expect("run");
         assert!(!g.correct && g.detail.is_some(), "{} wrong: {g:?}", p.task_id);

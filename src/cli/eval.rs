@@ -3,7 +3,9 @@
 //! `--json` keeps every graded item, `--plot` draws accuracy and tokens/s per strategy.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -11,7 +13,7 @@ use entrobatch::eval::runner::Progress;
 use entrobatch::eval::{
     compare_with_first, load_task, parse_strategies, run_strategy, EvalReport, LoadOptions, RunOptions, TaskKind,
 };
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{HumanDuration, ProgressBar, ProgressState, ProgressStyle};
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
@@ -92,18 +94,27 @@ pub fn run(args: EvalArgs) -> Result<()> {
     };
     let requests: usize = specs.iter().map(|s| n * s.samples).sum();
     let bar = ProgressBar::new(requests as u64);
+    // Requests finish in bursts (a chunk's answers are collected in order), which throws
+    // indicatif's rate estimate off; this run's mean rate, restored work excluded, does not.
+    let started = Instant::now();
+    let restored = Arc::new(AtomicU64::new(0));
+    let restored_key = Arc::clone(&restored);
     bar.set_style(
-        ProgressStyle::with_template("{msg:>28} [{bar:30}] {pos}/{len} items ({elapsed}, eta {eta})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template("{msg:>28} [{bar:30}] {pos}/{len} requests ({elapsed}, eta {mean_eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .with_key("mean_eta", move |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+                let eta =
+                    mean_eta(started, restored_key.load(Ordering::Relaxed), state.pos(), state.len().unwrap_or(0));
+                let _ = write!(w, "{}", HumanDuration(eta));
+            }),
     );
     let mut results = Vec::with_capacity(specs.len());
     for spec in &specs {
         bar.set_message(spec.label.clone());
         let mut on_progress = |p: Progress| match p {
-            // Restored work is not this run's speed: the ETA should not count it.
             Progress::Restored(done) => {
                 bar.inc(done as u64);
-                bar.reset_eta();
+                restored.fetch_add(done as u64, Ordering::Relaxed);
             }
             Progress::Decoded => bar.inc(1),
             Progress::Grading => bar.set_message(format!("{} (grading)", spec.label)),
@@ -111,20 +122,21 @@ pub fn run(args: EvalArgs) -> Result<()> {
                 bar.set_message(spec.label.clone());
                 // Not a terminal (a log file): the bar is hidden, so say where the run is.
                 if bar.is_hidden() {
+                    let eta = mean_eta(started, restored.load(Ordering::Relaxed), bar.position(), requests as u64);
                     eprintln!(
                         "{}: {}/{} requests graded, {} elapsed, eta {}",
                         spec.label,
                         bar.position(),
                         requests,
-                        indicatif::HumanDuration(bar.elapsed()),
-                        indicatif::HumanDuration(bar.eta())
+                        HumanDuration(started.elapsed()),
+                        HumanDuration(eta)
                     );
                 }
             }
         };
         let result = run_strategy(task.as_ref(), spec, &options, &mut on_progress)
             .with_context(|| format!("strategy {}", spec.label))?;
-        bar.println(format!(
+        let line = format!(
             "{}: {:.1}% ({}/{} correct), {:.1} output tok/s, {:.1} tokens per answer",
             result.label,
             100.0 * result.accuracy,
@@ -132,7 +144,13 @@ pub fn run(args: EvalArgs) -> Result<()> {
             result.n * result.samples,
             result.tokens_per_sec,
             result.mean_output_len
-        ));
+        );
+        // A hidden bar (no terminal) prints nothing, its println included.
+        if bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            bar.println(line);
+        }
         results.push(result);
     }
     bar.finish_and_clear();
@@ -168,4 +186,15 @@ pub fn run(args: EvalArgs) -> Result<()> {
         eprintln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// Time left at this run's mean rate so far. Requests finish in bursts (a chunk's answers are
+/// collected in order), which throws indicatif's moving estimate off, and restored requests
+/// took no time in this run.
+fn mean_eta(started: Instant, restored: u64, pos: u64, len: u64) -> Duration {
+    let done = pos.saturating_sub(restored);
+    if done == 0 {
+        return Duration::ZERO;
+    }
+    started.elapsed().mul_f64(len.saturating_sub(pos) as f64 / done as f64)
 }

@@ -86,7 +86,12 @@ pub fn run_strategy(
         .flat_map(|index| (0..spec.samples).map(move |sample| Work { index, sample }))
         .filter(|w| !done.contains(&(task.items()[w.index].id.clone(), w.sample)))
         .collect();
-    on_progress(Progress::Restored(task.items().len() * spec.samples - work.len()));
+    if !chunks.is_empty() {
+        on_progress(Progress::Restored(task.items().len() * spec.samples - work.len()));
+        on_progress(Progress::Grading);
+        regrade(task, &mut chunks)?;
+        on_progress(Progress::Graded);
+    }
 
     if !work.is_empty() {
         let mut config = EngineConfig::new(&options.model);
@@ -128,6 +133,22 @@ pub fn run_strategy(
     items.sort_by_key(|i| (position.get(i.id.as_str()).copied().unwrap_or(usize::MAX), i.sample));
     Ok(summarise(spec, items, wall_secs, stats, options.seed))
 }
+
+/// Grades restored items again with the current grader: one table must not mix two
+/// graders' verdicts, and grading costs little next to decoding.
+fn regrade(task: &dyn Task, chunks: &mut [Chunk]) -> Result<()> {
+    let position: std::collections::HashMap<&str, usize> =
+        task.items().iter().enumerate().map(|(i, item)| (item.id.as_str(), i)).collect();
+    for item in chunks.iter_mut().flat_map(|c| c.items.iter_mut()) {
+        if let Some(&index) = position.get(item.id.as_str()).filter(|_| item.finish_reason != REJECTED) {
+            item.grade = task.grade(index, &item.completion)?;
+        }
+    }
+    Ok(())
+}
+
+/// The finish reason recorded for a request the engine refused.
+const REJECTED: &str = "rejected";
 
 /// Top log-probabilities read from an answer's first token: OpenAI's maximum, enough to
 /// hold every option letter whenever the model means to answer with one.
@@ -192,7 +213,7 @@ fn run_chunk(
                 reference: task.reference(w.index),
                 prompt_tokens: 0,
                 output_tokens: 0,
-                finish_reason: "rejected".into(),
+                finish_reason: REJECTED.into(),
                 completion: String::new(),
                 grade: Grade::default(),
                 first_token_choice: None,

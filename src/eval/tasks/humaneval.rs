@@ -71,12 +71,25 @@ fn response_prefix(p: &Problem) -> String {
 /// The test program for a completion. The problem's prompt goes first, so its imports and
 /// helper functions exist even when the reply omits them; a reply that defines the entry
 /// point then redefines the docstring-only stub, and one that does not is taken as the
-/// body that continues the prompt.
+/// body that continues the prompt. The solution is sanitized as evalplus does before it
+/// runs: only its imports, definitions and assignments are kept, so a demo call or the
+/// model's own (possibly wrong) tests at top level cannot fail a correct function.
 pub fn program(p: &Problem, completion: &str) -> String {
     let code = extract_code(completion);
     let defines_entry = code.contains(&format!("def {}(", p.entry_point));
     let solution = if defines_entry { format!("{}\n{}", p.prompt, code) } else { format!("{}{}", p.prompt, code) };
-    format!("{solution}\n\n{}\n\ncheck({})\n", p.test, p.entry_point)
+    // A JSON string is a valid Python string literal (same escapes), so the code needs no
+    // quoting of its own.
+    let literal = serde_json::Value::String(solution).to_string();
+    format!(
+        "import ast as _ast\n\
+         _tree = _ast.parse({literal})\n\
+         _tree.body = [n for n in _tree.body if isinstance(n, (_ast.Import, _ast.ImportFrom, _ast.FunctionDef, \
+         _ast.AsyncFunctionDef, _ast.ClassDef, _ast.Assign, _ast.AnnAssign))]\n\
+         exec(compile(_tree, '<solution>', 'exec'))\n\
+         del _ast, _tree\n\n{}\n\ncheck({})\n",
+        p.test, p.entry_point
+    )
 }
 
 /// Grades `completion` against problem `p` by executing its tests.
@@ -111,7 +124,7 @@ impl Task for HumanEval {
     }
 
     /// The end of the code block, or top-level code after the function (a demo call, a
-    /// main block): neither can change the grade, and explanations cost time.
+    /// main block): the sanitizer drops it anyway, and explanations cost time.
     fn stop(&self) -> Vec<String> {
         ["\n```", "\nif __name__", "\nprint(", "\nassert "].map(String::from).to_vec()
     }
