@@ -7,6 +7,7 @@ use crate::attention::{paged_attention, AttentionShape};
 use crate::attention_exact::exact_attention;
 use crate::batch::ForwardBatch;
 use crate::config::ModelConfig;
+use crate::embedding::Embedding;
 use crate::error::{ModelError, Result};
 use crate::kv_cache::{KvCache, LayerKv};
 use crate::linear::{AttentionKernel, Linear, MatmulMode};
@@ -38,8 +39,8 @@ struct Layer {
 /// one-position `forward(x, index_pos)` with its cache inside the model.
 pub struct Model {
     config: ModelConfig,
-    /// `[vocab, hidden]` f32.
-    embedding: Vec<f32>,
+    /// `[vocab, hidden]`, kept in its GGUF blocks where it can be (see `embedding.rs`).
+    embedding: Embedding,
     layers: Vec<Layer>,
     final_norm: Vec<f32>,
     lm_head: Linear,
@@ -71,12 +72,21 @@ impl Model {
                 .tensor(reader, name, &device)
                 .map_err(|e| ModelError::Load { path: name.to_string(), message: e.to_string() })
         };
-        let embedding_q = tensor("token_embd.weight")?;
-        let embedding = ops::values_of(&embedding_q.dequantize(&device)?)?;
+        let embedding = Embedding::from_qtensor(tensor("token_embd.weight")?)?;
+        if embedding.hidden() != config.hidden_size {
+            return Err(ModelError::Unsupported(format!(
+                "token_embd.weight rows are {} wide, the model's hidden size is {}",
+                embedding.hidden(),
+                config.hidden_size
+            )));
+        }
         let final_norm = ops::values_of(&tensor("output_norm.weight")?.dequantize(&device)?)?;
+        // A tied lm_head reads the embedding tensor a second time: `Linear` takes its weight
+        // by value and, in the int8 mode, repacks it and drops it, while the embedding keeps
+        // its own blocks (a few tens of MB) instead of an f32 copy of the table.
         let lm_head_weight = match tensor("output.weight") {
             Ok(w) => w,
-            Err(_) => embedding_q,
+            Err(_) => tensor("token_embd.weight")?,
         };
         let lm_head = Linear::new(lm_head_weight, None, mode)?;
         let mut layers = Vec::with_capacity(config.num_layers);
@@ -118,6 +128,11 @@ impl Model {
         &self.config
     }
 
+    /// The token embedding table (how it is held, and lookups outside a forward).
+    pub fn embedding(&self) -> &Embedding {
+        &self.embedding
+    }
+
     pub fn forward(&self, batch: &ForwardBatch, cache: &mut KvCache) -> Result<ForwardOutput> {
         batch.validate(self.config.vocab_size, cache.num_slots(), cache.block_size())?;
         if let Some(&p) = batch.positions.iter().find(|&&p| p as usize >= self.rope.max_positions()) {
@@ -136,7 +151,7 @@ impl Model {
             block_size: cache.block_size(),
         };
         let hidden = cfg.hidden_size;
-        let mut x = ops::gather_rows(&self.embedding, hidden, batch.input_ids.iter().map(|&t| t as usize))?;
+        let mut x = self.embedding.gather(batch.input_ids.iter().map(|&t| t as usize))?;
         let mut attn_metrics = vec![None; batch.seqs.len()];
         let last_layer = self.layers.len().saturating_sub(1);
         for (l, layer) in self.layers.iter().enumerate() {
