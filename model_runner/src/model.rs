@@ -84,9 +84,13 @@ impl Model {
         // A tied lm_head reads the embedding tensor a second time: `Linear` takes its weight
         // by value and, in the int8 mode, repacks it and drops it, while the embedding keeps
         // its own blocks (a few tens of MB) instead of an f32 copy of the table.
-        let lm_head_weight = match tensor("output.weight") {
-            Ok(w) => w,
-            Err(_) => tensor("token_embd.weight")?,
+        // Asked of the index rather than tried: a failed read is a candle error that captures
+        // a backtrace under RUST_BACKTRACE, and formatting it maps the binary's debug info
+        // into memory (about 100 MB resident seen in a release build of `serve`).
+        let lm_head_weight = if content.tensor_infos.contains_key("output.weight") {
+            tensor("output.weight")?
+        } else {
+            tensor("token_embd.weight")?
         };
         let lm_head = Linear::new(lm_head_weight, None, mode)?;
         let mut layers = Vec::with_capacity(config.num_layers);
