@@ -3,6 +3,7 @@
 
 use super::{Layer, Model};
 use crate::config::Architecture;
+use crate::embedding::Embedding;
 use crate::error::{ModelError, Result};
 use crate::hf_config::HfConfig;
 use crate::hf_loader::HfTensors;
@@ -60,7 +61,7 @@ impl Model {
             return Err(ModelError::Unsupported("lm_head.weight is missing and tie_word_embeddings is false".into()));
         };
         let rope = Rope::new(hd, config.rope_theta, config.max_position_embeddings, config.rope_interleaved);
-        let embedding = ops::values_of(&embedding)?;
+        let embedding = Embedding::from_dense(ops::values_of(&embedding)?, h)?;
         Ok(Self { config, embedding, layers, final_norm, lm_head, rope, exact_attention: false })
     }
 }

@@ -7,6 +7,7 @@ use crate::attention::{paged_attention, AttentionShape};
 use crate::attention_exact::exact_attention;
 use crate::batch::ForwardBatch;
 use crate::config::ModelConfig;
+use crate::embedding::Embedding;
 use crate::error::{ModelError, Result};
 use crate::kv_cache::{KvCache, LayerKv};
 use crate::linear::{AttentionKernel, Linear, MatmulMode};
@@ -38,8 +39,8 @@ struct Layer {
 /// one-position `forward(x, index_pos)` with its cache inside the model.
 pub struct Model {
     config: ModelConfig,
-    /// `[vocab, hidden]` f32.
-    embedding: Vec<f32>,
+    /// `[vocab, hidden]`, kept in its GGUF blocks where it can be (see `embedding.rs`).
+    embedding: Embedding,
     layers: Vec<Layer>,
     final_norm: Vec<f32>,
     lm_head: Linear,
@@ -71,12 +72,25 @@ impl Model {
                 .tensor(reader, name, &device)
                 .map_err(|e| ModelError::Load { path: name.to_string(), message: e.to_string() })
         };
-        let embedding_q = tensor("token_embd.weight")?;
-        let embedding = ops::values_of(&embedding_q.dequantize(&device)?)?;
+        let embedding = Embedding::from_qtensor(tensor("token_embd.weight")?)?;
+        if embedding.hidden() != config.hidden_size {
+            return Err(ModelError::Unsupported(format!(
+                "token_embd.weight rows are {} wide, the model's hidden size is {}",
+                embedding.hidden(),
+                config.hidden_size
+            )));
+        }
         let final_norm = ops::values_of(&tensor("output_norm.weight")?.dequantize(&device)?)?;
-        let lm_head_weight = match tensor("output.weight") {
-            Ok(w) => w,
-            Err(_) => embedding_q,
+        // A tied lm_head reads the embedding tensor a second time: `Linear` takes its weight
+        // by value and, in the int8 mode, repacks it and drops it, while the embedding keeps
+        // its own blocks (a few tens of MB) instead of an f32 copy of the table.
+        // Asked of the index rather than tried: a failed read is a candle error that captures
+        // a backtrace under RUST_BACKTRACE, and formatting it maps the binary's debug info
+        // into memory (about 100 MB resident seen in a release build of `serve`).
+        let lm_head_weight = if content.tensor_infos.contains_key("output.weight") {
+            tensor("output.weight")?
+        } else {
+            tensor("token_embd.weight")?
         };
         let lm_head = Linear::new(lm_head_weight, None, mode)?;
         let mut layers = Vec::with_capacity(config.num_layers);
@@ -118,6 +132,11 @@ impl Model {
         &self.config
     }
 
+    /// The token embedding table (how it is held, and lookups outside a forward).
+    pub fn embedding(&self) -> &Embedding {
+        &self.embedding
+    }
+
     pub fn forward(&self, batch: &ForwardBatch, cache: &mut KvCache) -> Result<ForwardOutput> {
         batch.validate(self.config.vocab_size, cache.num_slots(), cache.block_size())?;
         if let Some(&p) = batch.positions.iter().find(|&&p| p as usize >= self.rope.max_positions()) {
@@ -136,7 +155,7 @@ impl Model {
             block_size: cache.block_size(),
         };
         let hidden = cfg.hidden_size;
-        let mut x = ops::gather_rows(&self.embedding, hidden, batch.input_ids.iter().map(|&t| t as usize))?;
+        let mut x = self.embedding.gather(batch.input_ids.iter().map(|&t| t as usize))?;
         let mut attn_metrics = vec![None; batch.seqs.len()];
         let last_layer = self.layers.len().saturating_sub(1);
         for (l, layer) in self.layers.iter().enumerate() {
