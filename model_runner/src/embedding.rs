@@ -1,9 +1,9 @@
 //! The token embedding table, looked up row by row.
 //!
-//! A GGUF model's `token_embd.weight` used to be dequantized whole at load: an f32
-//! `[vocab, hidden]` table of 113 MB for SmolLM2-135M and 545 MB for Qwen2.5-0.5B, most of
-//! a small model's resident memory, of which a step reads only the rows of its tokens. Here
-//! the table stays in its GGUF blocks and a lookup decodes just the rows it returns.
+//! Dequantized whole, a GGUF model's `token_embd.weight` would be an f32 `[vocab, hidden]`
+//! table of 113 MB for SmolLM2-135M and 545 MB for Qwen2.5-0.5B, most of a small model's
+//! resident memory, of which a step reads only the rows of its tokens. So the table stays in
+//! its GGUF blocks and a lookup decodes just the rows it returns.
 //!
 //! A row of `hidden` values is `hidden / block_size` whole blocks, contiguous in the tensor,
 //! and candle decodes each block on its own (`GgmlType::to_float`), so decoding one row gives
