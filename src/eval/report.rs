@@ -114,7 +114,7 @@ impl EvalReport {
                 Some(d) => (
                     format!("{:+.1} ({:+.1} to {:+.1})", 100.0 * d.mean_diff, 100.0 * d.ci95.low, 100.0 * d.ci95.high),
                     format!("+{} / -{}", d.better, d.worse),
-                    d.mcnemar_p.map_or("-".into(), |p| format!("{p:.3}")),
+                    d.mcnemar_p.map_or("-".into(), |p| if p < 0.001 { "<0.001".into() } else { format!("{p:.3}") }),
                 ),
                 None => ("baseline".into(), "-".into(), "-".into()),
             };
