@@ -8,7 +8,11 @@
 //! Env: BENCH_ROUNDS, BENCH_ROWS (comma list, default 1,8,32,64,256), BENCH_JSON (output path),
 //! BENCH_SHAPES (smollm2, the default, or qwen).
 
+mod common;
+
 use std::time::Instant;
+
+use common::random;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
@@ -42,18 +46,6 @@ const QWEN: [Shape; 6] = [
     ("down q6k 896x4864", 896, 4864, GgmlDType::Q6K, 0.5),
     ("lm_head 151936x896", 151936, 896, GgmlDType::Q8_0, 0.0),
 ];
-
-fn random(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2
-        })
-        .collect()
-}
 
 /// Seconds per forward: enough iterations for ~20 ms, after one warm-up call.
 fn time(linear: &Linear, x: &[f32], rows: usize) -> anyhow::Result<f64> {

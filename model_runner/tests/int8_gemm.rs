@@ -3,7 +3,9 @@
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
-use entrobatch_model_runner::int8_gemm::{matmul, matmul_many, matmul_with, Backend, Int8GemmError, PackedWeight};
+use entrobatch_model_runner::int8_gemm::{
+    auto_kernel_name, matmul, matmul_many, matmul_with, Backend, Int8GemmError, PackedWeight,
+};
 
 /// Deterministic pseudo-random values in [-1, 1) (xorshift), with occasional outliers so
 /// block scales vary a lot, as real activations do.
@@ -145,16 +147,24 @@ fn wrong_activation_length_is_an_error() {
     assert_eq!(err, Int8GemmError::ShapeMismatch { rows: 1, cols: 64, got: 63 });
 }
 
+/// VNNI (where the CPU has it: `Auto`), AVX2 and the scalar kernel give the same bits, for
+/// each packed kind (nibble: Q4_1, Q4_K; unsigned: Q5_0, Q6_K; signed: Q8_0) and every tile
+/// height (11 rows = 4 + 4 + 3).
 #[test]
-fn scalar_fallback_is_bit_identical_to_simd() {
-    for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0, GgmlDType::Q4K] {
+fn every_kernel_is_bit_identical() {
+    eprintln!("Backend::Auto runs the {} kernel here", auto_kernel_name());
+    for dtype in [GgmlDType::Q4_1, GgmlDType::Q4K, GgmlDType::Q5_0, GgmlDType::Q6K, GgmlDType::Q8_0] {
         let (n, k, rows) = (37, 512, 11);
         let packed = PackedWeight::from_qtensor(&quantized(dtype, n, k, 3)).unwrap().unwrap();
-        let x = values(rows * k, 4);
-        let fast = matmul_with(&packed, &x, rows, Backend::Auto).unwrap();
-        let scalar = matmul_with(&packed, &x, rows, Backend::Scalar).unwrap();
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&fast), bits(&scalar), "{dtype:?}");
+        for rows in [1, 2, 3, rows] {
+            let x = values(rows * k, 4);
+            let auto = matmul_with(&packed, &x, rows, Backend::Auto).unwrap();
+            let avx2 = matmul_with(&packed, &x, rows, Backend::Avx2).unwrap();
+            let scalar = matmul_with(&packed, &x, rows, Backend::Scalar).unwrap();
+            assert_eq!(bits(&auto), bits(&scalar), "{dtype:?} {rows} rows: auto vs scalar");
+            assert_eq!(bits(&avx2), bits(&scalar), "{dtype:?} {rows} rows: avx2 vs scalar");
+        }
     }
 }
 

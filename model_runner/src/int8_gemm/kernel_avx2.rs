@@ -1,4 +1,4 @@
-//! The AVX2 microkernel: a tile of up to 4 rows x one 8-column panel, one f32x8 accumulator
+//! The AVX2 microkernel (`kernel_vnni.rs` is its `vpdpbusd` twin): a tile of up to 4 rows x one 8-column panel, one f32x8 accumulator
 //! per row whose lanes are the panel's columns.
 //!
 //! A block is 8 groups of 4 inputs. Each group's weight vector (4 quants of each column) is
@@ -18,7 +18,7 @@ use super::{kernel_scalar, BLOCK, PANEL};
 
 /// Rows per tile: 4 accumulators plus 4 integer sums and the weight registers fit the 16
 /// vector registers without spills.
-const TILE_ROWS: usize = 4;
+pub(super) const TILE_ROWS: usize = 4;
 
 /// Whether this CPU can run the kernel (checked again on every call, which is a cached load).
 pub(crate) fn available() -> bool {
@@ -34,19 +34,7 @@ pub(crate) fn available() -> bool {
 
 /// Same contract as `kernel_scalar::tile`, which it falls back to without AVX2.
 pub(crate) fn tile(panel: &Panel<'_>, act: &QuantizedRows, row0: usize, rows: usize, out: &mut [f32]) {
-    // The raw-pointer reads below stay inside these bounds; checking them once per tile keeps
-    // the kernel sound for any input.
-    let nb = panel.blocks;
-    let valid = act.blocks == nb
-        && act.in_features == nb * BLOCK
-        && panel.quants.len() == nb * panel.kind.panel_block_bytes()
-        && panel.scales.len() == nb * PANEL
-        && (panel.kind == QuantKind::Signed || panel.mins.len() == nb * PANEL)
-        && row0 + rows <= act.rows()
-        && act.scales.len() >= (row0 + rows) * nb
-        && act.sums.len() >= (row0 + rows) * nb
-        && out.len() >= rows * PANEL;
-    if !valid || !available() {
+    if !in_bounds(panel, act, row0, rows, out) || !available() {
         return kernel_scalar::tile(panel, act, row0, rows, out);
     }
     #[cfg(target_arch = "x86_64")]
@@ -78,10 +66,25 @@ pub(crate) fn tile(panel: &Panel<'_>, act: &QuantizedRows, row0: usize, rows: us
     }
 }
 
+/// Whether every raw-pointer read and write of a SIMD kernel's tile stays inside the panel, the
+/// activations and `out`: checked once per tile, it keeps the kernels sound for any input.
+pub(super) fn in_bounds(panel: &Panel<'_>, act: &QuantizedRows, row0: usize, rows: usize, out: &[f32]) -> bool {
+    let nb = panel.blocks;
+    act.blocks == nb
+        && act.in_features == nb * BLOCK
+        && panel.quants.len() == nb * panel.kind.panel_block_bytes()
+        && panel.scales.len() == nb * PANEL
+        && (panel.kind == QuantKind::Signed || panel.mins.len() == nb * PANEL)
+        && row0 + rows <= act.rows()
+        && act.scales.len() >= (row0 + rows) * nb
+        && act.sums.len() >= (row0 + rows) * nb
+        && out.len() >= rows * PANEL
+}
+
 /// `QuantKind` as a const generic (enums cannot be const parameters on stable Rust).
-const NIBBLE: u8 = 0;
-const UNSIGNED: u8 = 1;
-const SIGNED: u8 = 2;
+pub(super) const NIBBLE: u8 = 0;
+pub(super) const UNSIGNED: u8 = 1;
+pub(super) const SIGNED: u8 = 2;
 
 #[cfg(target_arch = "x86_64")]
 mod imp {

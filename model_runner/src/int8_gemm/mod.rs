@@ -1,11 +1,12 @@
-//! Batch-invariant int8 GEMM for quantized projections on x86 CPUs without VNNI.
+//! Batch-invariant int8 GEMM for quantized projections on x86 CPUs.
 //!
 //! candle's quantized CPU matmul decodes every weight block again for each activation row, so a
 //! step of 64 rows costs almost 64 single rows. Here the weights are repacked once at load
 //! (`pack.rs`) into 8-column panels of integer quants whose vector lanes are the columns
 //! (4-bit formats two quants per byte), with per-32-block f32 scales; each step quantizes its
 //! activation rows to int8 blocks (`activation.rs`, per row, like ggml's Q8_1), and the
-//! microkernel (`kernel_avx2.rs`) reuses every weight load across a tile of 4 rows.
+//! microkernel (`kernel_avx2.rs`, or `kernel_vnni.rs` where the CPU has `vpdpbusd`) reuses
+//! every weight load across a tile of 4 rows.
 //! Projections of one input (a layer's q/k/v, its gate/up) share one quantization and one
 //! parallel pass (`matmul_many`).
 //!
@@ -16,12 +17,13 @@
 //! by the fma of the min term `s[r,b] * m[c,b]`. Nothing depends on how many rows the step
 //! has, which tile a row lands in, or how columns are split over threads, so a row's result is
 //! bit-identical alone or inside any batch. `kernel_scalar.rs` performs the same operations in
-//! the same order, so it is also bit-identical to the AVX2 kernel.
+//! the same order, so it is also bit-identical to the AVX2 and VNNI kernels.
 
 mod activation;
 mod formats;
 mod kernel_avx2;
 mod kernel_scalar;
+mod kernel_vnni;
 mod pack;
 
 pub use activation::{quantize_rows, QuantizedRows};
@@ -50,12 +52,44 @@ pub enum Int8GemmError {
     BadDataLength { got: usize, expected: usize },
 }
 
-/// Which kernel implementation runs; `Auto` picks AVX2 when the CPU has it.
+/// Which kernel implementation runs; `Auto` picks VNNI, else AVX2, else the scalar kernel.
+/// All give the same bits; the others exist so tests and benches can compare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     Auto,
-    /// The portable kernel (same operation order, same bits); used by tests to compare.
+    /// The AVX2 kernel even where VNNI exists (scalar without AVX2).
+    Avx2,
+    /// The portable kernel (same operation order, same bits).
     Scalar,
+}
+
+/// The kernel a backend runs on this CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kernel {
+    Vnni(kernel_vnni::Isa),
+    Avx2,
+    Scalar,
+}
+
+impl Kernel {
+    fn of(backend: Backend) -> Self {
+        let vnni = kernel_vnni::available().filter(|_| backend == Backend::Auto);
+        match vnni {
+            Some(isa) => Kernel::Vnni(isa),
+            None if backend != Backend::Scalar && kernel_avx2::available() => Kernel::Avx2,
+            None => Kernel::Scalar,
+        }
+    }
+}
+
+/// The kernel `Backend::Auto` runs here, for logs and benchmark records.
+pub fn auto_kernel_name() -> &'static str {
+    match Kernel::of(Backend::Auto) {
+        Kernel::Vnni(kernel_vnni::Isa::AvxVnni) => "avx-vnni",
+        Kernel::Vnni(kernel_vnni::Isa::Avx512Vnni) => "avx512-vnni",
+        Kernel::Avx2 => "avx2",
+        Kernel::Scalar => "scalar",
+    }
 }
 
 /// `y = x W^T` for `rows` activation rows `x` (`[rows, in]`, row-major): returns `[rows, out]`.
@@ -96,7 +130,7 @@ pub fn matmul_many_with(
     // lm_head's logits).
     let mut outputs: Vec<Vec<f32>> = weights.iter().map(|w| Vec::with_capacity(rows * w.out_features())).collect();
     let act = quantize_rows(x, rows, k);
-    let use_avx2 = backend == Backend::Auto && kernel_avx2::available();
+    let kernel = Kernel::of(backend);
     let macs = rows * k * total_panels * PANEL;
     let threads = if macs < PARALLEL_FROM_MACS { 1 } else { rayon::current_num_threads().max(1) };
     // About four tasks per thread balances the two cores without tiny tasks; a task is a run
@@ -115,10 +149,10 @@ pub fn matmul_many_with(
         for p in first_panel..(first_panel + per_task).min(weight.num_panels()) {
             let panel = weight.panel(p);
             // The panel's weights stay in L1 while every row tile streams past them.
-            if use_avx2 {
-                kernel_avx2::tile(&panel, &act, 0, rows, &mut tile);
-            } else {
-                kernel_scalar::tile(&panel, &act, 0, rows, &mut tile);
+            match kernel {
+                Kernel::Vnni(isa) => kernel_vnni::tile(isa, &panel, &act, 0, rows, &mut tile),
+                Kernel::Avx2 => kernel_avx2::tile(&panel, &act, 0, rows, &mut tile),
+                Kernel::Scalar => kernel_scalar::tile(&panel, &act, 0, rows, &mut tile),
             }
             let cols = PANEL.min(n - p * PANEL);
             let (tile_rows, _) = tile.as_chunks::<PANEL>();

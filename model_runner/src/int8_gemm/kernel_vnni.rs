@@ -1,0 +1,237 @@
+//! The VNNI microkernel: `kernel_avx2.rs`'s tile with `vpdpbusd`, which multiplies the 4 u8
+//! weight quants of a lane by the 4 i8 activations and adds all four products to the lane's
+//! i32 in one instruction. The AVX2 kernel needs `maddubs` (pairs to i16), i16 adds and a
+//! `madd` with ones for the same sum; here nothing is widened and nothing can saturate.
+//!
+//! Both kernels compute each block's exact integer dot product per column and then run the
+//! same f32 epilogue (one convert, one or two fmas per row and block, in block order), so
+//! their outputs are bit-identical, and batch invariance holds as for the AVX2 kernel.
+//! `vpdpbusd` exists as AVX-VNNI (VEX, Alder Lake and Zen 4 on) and AVX-512 VNNI with VL
+//! (EVEX, Cascade Lake on); the kernel is compiled once for each and picked at run time.
+
+use super::activation::QuantizedRows;
+use super::kernel_avx2::{self, TILE_ROWS};
+use super::pack::Panel;
+use super::{kernel_scalar, PANEL};
+
+/// Which `vpdpbusd` encoding the CPU has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Isa {
+    AvxVnni,
+    Avx512Vnni,
+}
+
+/// The VNNI flavour this CPU runs, if any (AVX-VNNI first: no AVX-512 frequency licence).
+pub(crate) fn available() -> Option<Isa> {
+    [Isa::AvxVnni, Isa::Avx512Vnni].into_iter().find(|&isa| supports(isa))
+}
+
+/// Whether this CPU can run the kernel compiled for `isa` (cached feature loads).
+pub(crate) fn supports(isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        kernel_avx2::available()
+            && match isa {
+                Isa::AvxVnni => is_x86_feature_detected!("avxvnni"),
+                Isa::Avx512Vnni => is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl"),
+            }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = isa;
+        false
+    }
+}
+
+/// Same contract as `kernel_scalar::tile`, which it falls back to where `isa` is missing.
+pub(crate) fn tile(isa: Isa, panel: &Panel<'_>, act: &QuantizedRows, row0: usize, rows: usize, out: &mut [f32]) {
+    if !kernel_avx2::in_bounds(panel, act, row0, rows, out) || !supports(isa) {
+        return kernel_scalar::tile(panel, act, row0, rows, out);
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut r = 0;
+        while r < rows {
+            let n = (rows - r).min(TILE_ROWS);
+            let o = &mut out[r * PANEL..(r + n) * PANEL];
+            // SAFETY: `supports(isa)` confirmed AVX2, FMA and this `vpdpbusd` encoding, and
+            // `in_bounds` bounds every pointer offset the kernel forms (rows `row0 + r .. + n`,
+            // blocks `0..nb`, the panel's bytes).
+            unsafe {
+                match isa {
+                    Isa::AvxVnni => avx_vnni::tile_rows(panel, act, row0 + r, n, o),
+                    Isa::Avx512Vnni => avx512_vnni::tile_rows(panel, act, row0 + r, n, o),
+                }
+            }
+            r += n;
+        }
+    }
+}
+
+/// One kernel per encoding: the body is the same, the target features and the intrinsic differ.
+macro_rules! vnni_kernel {
+    ($module:ident, $features:literal, $dpbusd:ident) => {
+        #[cfg(target_arch = "x86_64")]
+        mod $module {
+            use std::arch::x86_64::*;
+
+            use super::super::activation::QuantizedRows;
+            use super::super::kernel_avx2::{NIBBLE, SIGNED, UNSIGNED};
+            use super::super::pack::{Panel, QuantKind};
+            use super::super::{BLOCK, PANEL};
+
+            /// # Safety
+            ///
+            /// As `tile_n`, for `n <= TILE_ROWS` rows.
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn tile_rows(
+                panel: &Panel<'_>,
+                act: &QuantizedRows,
+                row0: usize,
+                n: usize,
+                o: &mut [f32],
+            ) {
+                match (panel.kind, n) {
+                    (QuantKind::Nibble, 1) => tile_n::<1, NIBBLE>(panel, act, row0, o),
+                    (QuantKind::Nibble, 2) => tile_n::<2, NIBBLE>(panel, act, row0, o),
+                    (QuantKind::Nibble, 3) => tile_n::<3, NIBBLE>(panel, act, row0, o),
+                    (QuantKind::Nibble, _) => tile_n::<4, NIBBLE>(panel, act, row0, o),
+                    (QuantKind::Unsigned, 1) => tile_n::<1, UNSIGNED>(panel, act, row0, o),
+                    (QuantKind::Unsigned, 2) => tile_n::<2, UNSIGNED>(panel, act, row0, o),
+                    (QuantKind::Unsigned, 3) => tile_n::<3, UNSIGNED>(panel, act, row0, o),
+                    (QuantKind::Unsigned, _) => tile_n::<4, UNSIGNED>(panel, act, row0, o),
+                    (QuantKind::Signed, 1) => tile_n::<1, SIGNED>(panel, act, row0, o),
+                    (QuantKind::Signed, 2) => tile_n::<2, SIGNED>(panel, act, row0, o),
+                    (QuantKind::Signed, 3) => tile_n::<3, SIGNED>(panel, act, row0, o),
+                    (QuantKind::Signed, _) => tile_n::<4, SIGNED>(panel, act, row0, o),
+                }
+            }
+
+            /// Group `g`'s 4 activations of the row at `x`, in every lane (as in `kernel_avx2`).
+            #[inline(always)]
+            unsafe fn group(x: *const i8, g: usize) -> __m256i {
+                _mm256_set1_epi32(std::ptr::read_unaligned(x.add(4 * g) as *const i32))
+            }
+
+            /// # Safety
+            ///
+            /// The CPU has the module's features; the bounds checked by `kernel_avx2::in_bounds`
+            /// hold for rows `row0..row0 + R` (among them `out.len() >= R * PANEL`).
+            // `r` selects the same row of `dots`, `acc` and the activations in lockstep.
+            #[allow(clippy::needless_range_loop)]
+            #[target_feature(enable = $features)]
+            unsafe fn tile_n<const R: usize, const KIND: u8>(
+                panel: &Panel<'_>,
+                act: &QuantizedRows,
+                row0: usize,
+                out: &mut [f32],
+            ) {
+                let (k, nb) = (act.in_features, panel.blocks);
+                let block_bytes = panel.kind.panel_block_bytes();
+                let xq = act.quants.as_ptr().add(row0 * k);
+                let xs = act.scales.as_ptr().add(row0 * nb);
+                let sums = act.sums.as_ptr().add(row0 * nb);
+                let wq = panel.quants.as_ptr();
+                let low_nibbles = _mm256_set1_epi8(0x0F);
+                let mut acc = [_mm256_setzero_ps(); R];
+                for b in 0..nb {
+                    let wb = wq.add(b * block_bytes);
+                    let x = |r: usize| xq.add(r * k + b * BLOCK);
+                    let mut dots = [_mm256_setzero_si256(); R];
+                    if KIND == NIBBLE {
+                        for h in 0..4 {
+                            let pair = _mm256_loadu_si256(wb.add(h * BLOCK) as *const __m256i);
+                            let lo = _mm256_and_si256(pair, low_nibbles);
+                            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(pair), low_nibbles);
+                            for r in 0..R {
+                                dots[r] = $dpbusd(dots[r], lo, group(x(r), h));
+                                dots[r] = $dpbusd(dots[r], hi, group(x(r), h + 4));
+                            }
+                        }
+                    } else if KIND == UNSIGNED {
+                        for g in 0..8 {
+                            let w = _mm256_loadu_si256(wb.add(g * BLOCK) as *const __m256i);
+                            for r in 0..R {
+                                dots[r] = $dpbusd(dots[r], w, group(x(r), g));
+                            }
+                        }
+                    } else if KIND == SIGNED {
+                        // `vpdpbusd` takes u8 x i8: |w| times x carrying w's sign.
+                        for g in 0..8 {
+                            let w = _mm256_loadu_si256(wb.add(g * BLOCK) as *const __m256i);
+                            let wu = _mm256_abs_epi8(w);
+                            for r in 0..R {
+                                dots[r] = $dpbusd(dots[r], wu, _mm256_sign_epi8(group(x(r), g), w));
+                            }
+                        }
+                    }
+                    let dw = _mm256_loadu_ps(panel.scales.as_ptr().add(b * PANEL));
+                    for r in 0..R {
+                        let scale = _mm256_mul_ps(dw, _mm256_set1_ps(*xs.add(r * nb + b)));
+                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), scale, acc[r]);
+                    }
+                    if KIND != SIGNED {
+                        let mins = _mm256_loadu_ps(panel.mins.as_ptr().add(b * PANEL));
+                        for r in 0..R {
+                            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(*sums.add(r * nb + b)), mins, acc[r]);
+                        }
+                    }
+                }
+                for r in 0..R {
+                    _mm256_storeu_ps(out.as_mut_ptr().add(r * PANEL), acc[r]);
+                }
+            }
+        }
+    };
+}
+
+vnni_kernel!(avx_vnni, "avx2,fma,avxvnni", _mm256_dpbusd_avx_epi32);
+vnni_kernel!(avx512_vnni, "avx2,fma,avx512vnni,avx512vl", _mm256_dpbusd_epi32);
+
+#[cfg(test)]
+mod tests {
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::{Device, Tensor};
+
+    use super::*;
+    use crate::int8_gemm::{quantize_rows, PackedWeight};
+
+    /// Both encodings (whichever this CPU has; `Backend::Auto` runs only the first) against
+    /// the scalar kernel, bit for bit, on every packed kind and tile height.
+    #[test]
+    fn each_encoding_matches_the_scalar_kernel() {
+        let (n, k) = (24, 256);
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let mut values = |len: usize| -> Vec<f32> {
+            (0..len)
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+                })
+                .collect()
+        };
+        for isa in [Isa::AvxVnni, Isa::Avx512Vnni] {
+            if !supports(isa) {
+                eprintln!("{isa:?}: not on this CPU, not tested");
+                continue;
+            }
+            for dtype in [GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0] {
+                let w = Tensor::from_vec(values(n * k), (n, k), &Device::Cpu).unwrap();
+                let packed = PackedWeight::from_qtensor(&QTensor::quantize(&w, dtype).unwrap()).unwrap().unwrap();
+                for rows in 1..=5 {
+                    let act = quantize_rows(&values(rows * k), rows, k);
+                    for p in 0..packed.num_panels() {
+                        let panel = packed.panel(p);
+                        let (mut fast, mut scalar) = (vec![0.0f32; rows * PANEL], vec![0.0f32; rows * PANEL]);
+                        tile(isa, &panel, &act, 0, rows, &mut fast);
+                        kernel_scalar::tile(&panel, &act, 0, rows, &mut scalar);
+                        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&fast), bits(&scalar), "{isa:?} {dtype:?} {rows} rows, panel {p}");
+                    }
+                }
+            }
+        }
+    }
+}
