@@ -72,6 +72,9 @@ pub struct EvalArgs {
 pub fn run(args: EvalArgs) -> Result<()> {
     let model = super::resolve_model(args.model.clone())?;
     let specs = parse_strategies(&args.strategies)?;
+    if args.chunk == 0 {
+        anyhow::bail!("--chunk must be at least 1 request");
+    }
     if !(args.exec_timeout > 0.0 && args.exec_timeout.is_finite()) {
         anyhow::bail!("--exec-timeout must be a positive number of seconds");
     }

@@ -61,6 +61,12 @@ pub fn parse_strategy(spec: &str) -> Result<StrategySpec> {
             }
         }
     }
+    if temperature.is_some_and(|t| !(t >= 0.0 && t.is_finite())) {
+        bail!("strategy '{spec}': t must be a finite temperature >= 0");
+    }
+    if top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
+        bail!("strategy '{spec}': top_p must be in (0, 1]");
+    }
     if temperature.is_some() && name == "entropix" {
         bail!("strategy '{spec}': entropix sets its own temperatures; drop t=");
     }
@@ -175,5 +181,8 @@ mod tests {
         assert!(parse_strategy("plain:n=0").is_err());
         assert!(parse_strategy("plain:n=65").is_err());
         assert!(parse_strategy("plain:top_p=x").is_err());
+        assert!(parse_strategy("plain:top_p=1.5").is_err());
+        assert!(parse_strategy("plain:top_p=0").is_err());
+        assert!(parse_strategy("plain:t=-1").is_err());
     }
 }
