@@ -4,6 +4,7 @@
 //! gets a fresh engine, so no strategy finds prompts already in the prefix cache that an
 //! earlier one computed.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -81,6 +82,10 @@ pub fn run_strategy(
         }
         None => (None, Vec::new()),
     };
+    // Each item's place in the task: restored items are graded by it, and the table lists
+    // items in task order whatever order their chunks finished in.
+    let position: HashMap<&str, usize> =
+        task.items().iter().enumerate().map(|(i, item)| (item.id.as_str(), i)).collect();
     let done = checkpoint::done(&chunks);
     let work: Vec<Work> = (0..task.items().len())
         .flat_map(|index| (0..spec.samples).map(move |sample| Work { index, sample }))
@@ -89,7 +94,7 @@ pub fn run_strategy(
     if !chunks.is_empty() {
         on_progress(Progress::Restored(task.items().len() * spec.samples - work.len()));
         on_progress(Progress::Grading);
-        regrade(task, &mut chunks)?;
+        regrade(task, &position, &mut chunks)?;
         on_progress(Progress::Graded);
     }
 
@@ -127,8 +132,6 @@ pub fn run_strategy(
         stats.merge(&c.stats);
     }
     let wall_secs = chunks.iter().map(|c| c.wall_secs).sum();
-    let position: std::collections::HashMap<&str, usize> =
-        task.items().iter().enumerate().map(|(i, item)| (item.id.as_str(), i)).collect();
     let mut items: Vec<ItemResult> = chunks.into_iter().flat_map(|c| c.items).collect();
     items.sort_by_key(|i| (position.get(i.id.as_str()).copied().unwrap_or(usize::MAX), i.sample));
     Ok(summarise(spec, items, wall_secs, stats, options.seed))
@@ -136,9 +139,7 @@ pub fn run_strategy(
 
 /// Grades restored items again with the current grader: one table must not mix two
 /// graders' verdicts, and grading costs little next to decoding.
-fn regrade(task: &dyn Task, chunks: &mut [Chunk]) -> Result<()> {
-    let position: std::collections::HashMap<&str, usize> =
-        task.items().iter().enumerate().map(|(i, item)| (item.id.as_str(), i)).collect();
+fn regrade(task: &dyn Task, position: &HashMap<&str, usize>, chunks: &mut [Chunk]) -> Result<()> {
     for item in chunks.iter_mut().flat_map(|c| c.items.iter_mut()) {
         if let Some(&index) = position.get(item.id.as_str()).filter(|_| item.finish_reason != REJECTED) {
             item.grade = task.grade(index, &item.completion)?;

@@ -1,5 +1,5 @@
-//! The AVX2 microkernel (`kernel_vnni.rs` is its `vpdpbusd` twin): a tile of up to 4 rows x one 8-column panel, one f32x8 accumulator
-//! per row whose lanes are the panel's columns.
+//! The AVX2 microkernel's integer part (`kernel_vnni.rs` is its `vpdpbusd` twin; the tile
+//! loop and the f32 epilogue they share are in `simd_tile.rs`).
 //!
 //! A block is 8 groups of 4 inputs. Each group's weight vector (4 quants of each column) is
 //! loaded once and multiplied against the group's 4 activations of every row of the tile,
@@ -43,24 +43,9 @@ pub(crate) fn tile(panel: &Panel<'_>, act: &QuantizedRows, row0: usize, rows: us
         while r < rows {
             let n = (rows - r).min(TILE_ROWS);
             let o = &mut out[r * PANEL..(r + n) * PANEL];
-            // SAFETY: `available()` confirmed AVX2 and FMA, and `valid` bounds every pointer
+            // SAFETY: `available()` confirmed AVX2 and FMA, and `in_bounds` bounds every pointer
             // offset the kernel forms (rows `row0 + r .. + n`, blocks `0..nb`, the panel's bytes).
-            unsafe {
-                match (panel.kind, n) {
-                    (QuantKind::Nibble, 1) => imp::tile_n::<1, NIBBLE>(panel, act, row0 + r, o),
-                    (QuantKind::Nibble, 2) => imp::tile_n::<2, NIBBLE>(panel, act, row0 + r, o),
-                    (QuantKind::Nibble, 3) => imp::tile_n::<3, NIBBLE>(panel, act, row0 + r, o),
-                    (QuantKind::Nibble, _) => imp::tile_n::<4, NIBBLE>(panel, act, row0 + r, o),
-                    (QuantKind::Unsigned, 1) => imp::tile_n::<1, UNSIGNED>(panel, act, row0 + r, o),
-                    (QuantKind::Unsigned, 2) => imp::tile_n::<2, UNSIGNED>(panel, act, row0 + r, o),
-                    (QuantKind::Unsigned, 3) => imp::tile_n::<3, UNSIGNED>(panel, act, row0 + r, o),
-                    (QuantKind::Unsigned, _) => imp::tile_n::<4, UNSIGNED>(panel, act, row0 + r, o),
-                    (QuantKind::Signed, 1) => imp::tile_n::<1, SIGNED>(panel, act, row0 + r, o),
-                    (QuantKind::Signed, 2) => imp::tile_n::<2, SIGNED>(panel, act, row0 + r, o),
-                    (QuantKind::Signed, 3) => imp::tile_n::<3, SIGNED>(panel, act, row0 + r, o),
-                    (QuantKind::Signed, _) => imp::tile_n::<4, SIGNED>(panel, act, row0 + r, o),
-                }
-            }
+            unsafe { imp::tile_rows(panel, act, row0 + r, n, o) };
             r += n;
         }
     }
@@ -81,59 +66,36 @@ pub(super) fn in_bounds(panel: &Panel<'_>, act: &QuantizedRows, row0: usize, row
         && out.len() >= rows * PANEL
 }
 
-/// `QuantKind` as a const generic (enums cannot be const parameters on stable Rust).
-pub(super) const NIBBLE: u8 = 0;
-pub(super) const UNSIGNED: u8 = 1;
-pub(super) const SIGNED: u8 = 2;
-
 #[cfg(target_arch = "x86_64")]
 mod imp {
     use std::arch::x86_64::*;
 
     use super::super::activation::QuantizedRows;
     use super::super::pack::Panel;
-    use super::super::{BLOCK, PANEL};
-    use super::{NIBBLE, SIGNED, UNSIGNED};
+    use super::super::simd_tile::{self, group, BlockDot, NIBBLE, SIGNED, UNSIGNED};
+    use super::super::BLOCK;
 
-    /// Group `g`'s 4 activations of the row at `x` (the block's first quant), in every lane.
-    ///
     /// # Safety
     ///
-    /// The CPU must support AVX2, and the 4 bytes at `x.add(4 * g)` must be readable (`g < 8`
-    /// with `x` at the start of a `BLOCK`-quant block); no alignment is required.
-    #[inline(always)]
-    unsafe fn group(x: *const i8, g: usize) -> __m256i {
-        _mm256_set1_epi32(std::ptr::read_unaligned(x.add(4 * g) as *const i32))
+    /// AVX2 and FMA, and the bounds checked by `in_bounds` for rows `row0..row0 + n`, `n <= 4`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn tile_rows(panel: &Panel<'_>, act: &QuantizedRows, row0: usize, n: usize, o: &mut [f32]) {
+        simd_tile::tile_rows::<Maddubs>(panel, act, row0, n, o)
     }
 
-    /// # Safety
-    ///
-    /// Caller guarantees AVX2+FMA and the bounds checked in `tile` for rows `row0..row0 + R`
-    /// (among them `out.len() >= R * PANEL`).
-    // Indexing is clearer here: `r` selects the same row of `s16`, `dots`, `acc` and the
-    // activations (`x(r)`, `xs`, `sums`) in lockstep.
-    #[allow(clippy::needless_range_loop)]
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn tile_n<const R: usize, const KIND: u8>(
-        panel: &Panel<'_>,
-        act: &QuantizedRows,
-        row0: usize,
-        out: &mut [f32],
-    ) {
-        let (k, nb) = (act.in_features, panel.blocks);
-        let block_bytes = panel.kind.panel_block_bytes();
-        let xq = act.quants.as_ptr().add(row0 * k);
-        let xs = act.scales.as_ptr().add(row0 * nb);
-        let sums = act.sums.as_ptr().add(row0 * nb);
-        let wq = panel.quants.as_ptr();
-        let ones = _mm256_set1_epi16(1);
-        let low_nibbles = _mm256_set1_epi8(0x0F);
-        let mut acc = [_mm256_setzero_ps(); R];
-        for b in 0..nb {
-            let wb = wq.add(b * block_bytes);
-            let x = |r: usize| xq.add(r * k + b * BLOCK);
+    /// `maddubs` (u8 x i8 pairs to i16), i16 adds while they cannot overflow, then `madd`
+    /// with ones to i32.
+    struct Maddubs;
+
+    impl BlockDot for Maddubs {
+        // `r` selects the same row of `s16`, `dots` and the activations in lockstep.
+        #[allow(clippy::needless_range_loop)]
+        #[inline(always)]
+        unsafe fn dots<const R: usize, const KIND: u8>(wb: *const u8, x: impl Fn(usize) -> *const i8) -> [__m256i; R] {
+            let ones = _mm256_set1_epi16(1);
             let mut dots = [_mm256_setzero_si256(); R];
             if KIND == NIBBLE {
+                let low_nibbles = _mm256_set1_epi8(0x0F);
                 let mut s16 = [_mm256_setzero_si256(); R];
                 for h in 0..4 {
                     let pair = _mm256_loadu_si256(wb.add(h * BLOCK) as *const __m256i);
@@ -171,20 +133,7 @@ mod imp {
                     }
                 }
             }
-            let dw = _mm256_loadu_ps(panel.scales.as_ptr().add(b * PANEL));
-            for r in 0..R {
-                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(*xs.add(r * nb + b)));
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), scale, acc[r]);
-            }
-            if KIND != SIGNED {
-                let mins = _mm256_loadu_ps(panel.mins.as_ptr().add(b * PANEL));
-                for r in 0..R {
-                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(*sums.add(r * nb + b)), mins, acc[r]);
-                }
-            }
-        }
-        for r in 0..R {
-            _mm256_storeu_ps(out.as_mut_ptr().add(r * PANEL), acc[r]);
+            dots
         }
     }
 }

@@ -4,7 +4,7 @@
 //! `madd` with ones for the same sum; here nothing is widened and nothing can saturate.
 //!
 //! Both kernels compute each block's exact integer dot product per column and then run the
-//! same f32 epilogue (one convert, one or two fmas per row and block, in block order), so
+//! same f32 epilogue (`simd_tile.rs`: one convert, one or two fmas per row and block), so
 //! their outputs are bit-identical, and batch invariance holds as for the AVX2 kernel.
 //! `vpdpbusd` exists as AVX-VNNI (VEX, Alder Lake and Zen 4 on) and AVX-512 VNNI with VL
 //! (EVEX, Cascade Lake on); the kernel is compiled once for each and picked at run time.
@@ -76,13 +76,14 @@ macro_rules! vnni_kernel {
             use std::arch::x86_64::*;
 
             use super::super::activation::QuantizedRows;
-            use super::super::kernel_avx2::{NIBBLE, SIGNED, UNSIGNED};
-            use super::super::pack::{Panel, QuantKind};
-            use super::super::{BLOCK, PANEL};
+            use super::super::pack::Panel;
+            use super::super::simd_tile::{self, group, BlockDot, NIBBLE, SIGNED, UNSIGNED};
+            use super::super::BLOCK;
 
             /// # Safety
             ///
-            /// As `tile_n`, for `n <= TILE_ROWS` rows.
+            /// The module's features, and the bounds checked by `kernel_avx2::in_bounds` for
+            /// rows `row0..row0 + n`, `n <= TILE_ROWS`.
             #[target_feature(enable = $features)]
             pub(super) unsafe fn tile_rows(
                 panel: &Panel<'_>,
@@ -91,54 +92,23 @@ macro_rules! vnni_kernel {
                 n: usize,
                 o: &mut [f32],
             ) {
-                match (panel.kind, n) {
-                    (QuantKind::Nibble, 1) => tile_n::<1, NIBBLE>(panel, act, row0, o),
-                    (QuantKind::Nibble, 2) => tile_n::<2, NIBBLE>(panel, act, row0, o),
-                    (QuantKind::Nibble, 3) => tile_n::<3, NIBBLE>(panel, act, row0, o),
-                    (QuantKind::Nibble, _) => tile_n::<4, NIBBLE>(panel, act, row0, o),
-                    (QuantKind::Unsigned, 1) => tile_n::<1, UNSIGNED>(panel, act, row0, o),
-                    (QuantKind::Unsigned, 2) => tile_n::<2, UNSIGNED>(panel, act, row0, o),
-                    (QuantKind::Unsigned, 3) => tile_n::<3, UNSIGNED>(panel, act, row0, o),
-                    (QuantKind::Unsigned, _) => tile_n::<4, UNSIGNED>(panel, act, row0, o),
-                    (QuantKind::Signed, 1) => tile_n::<1, SIGNED>(panel, act, row0, o),
-                    (QuantKind::Signed, 2) => tile_n::<2, SIGNED>(panel, act, row0, o),
-                    (QuantKind::Signed, 3) => tile_n::<3, SIGNED>(panel, act, row0, o),
-                    (QuantKind::Signed, _) => tile_n::<4, SIGNED>(panel, act, row0, o),
-                }
+                simd_tile::tile_rows::<Dpbusd>(panel, act, row0, n, o)
             }
 
-            /// Group `g`'s 4 activations of the row at `x`, in every lane (as in `kernel_avx2`).
-            #[inline(always)]
-            unsafe fn group(x: *const i8, g: usize) -> __m256i {
-                _mm256_set1_epi32(std::ptr::read_unaligned(x.add(4 * g) as *const i32))
-            }
+            /// `vpdpbusd` straight into the i32 lanes.
+            struct Dpbusd;
 
-            /// # Safety
-            ///
-            /// The CPU has the module's features; the bounds checked by `kernel_avx2::in_bounds`
-            /// hold for rows `row0..row0 + R` (among them `out.len() >= R * PANEL`).
-            // `r` selects the same row of `dots`, `acc` and the activations in lockstep.
-            #[allow(clippy::needless_range_loop)]
-            #[target_feature(enable = $features)]
-            unsafe fn tile_n<const R: usize, const KIND: u8>(
-                panel: &Panel<'_>,
-                act: &QuantizedRows,
-                row0: usize,
-                out: &mut [f32],
-            ) {
-                let (k, nb) = (act.in_features, panel.blocks);
-                let block_bytes = panel.kind.panel_block_bytes();
-                let xq = act.quants.as_ptr().add(row0 * k);
-                let xs = act.scales.as_ptr().add(row0 * nb);
-                let sums = act.sums.as_ptr().add(row0 * nb);
-                let wq = panel.quants.as_ptr();
-                let low_nibbles = _mm256_set1_epi8(0x0F);
-                let mut acc = [_mm256_setzero_ps(); R];
-                for b in 0..nb {
-                    let wb = wq.add(b * block_bytes);
-                    let x = |r: usize| xq.add(r * k + b * BLOCK);
+            impl BlockDot for Dpbusd {
+                // `r` selects the same row of `dots` and the activations in lockstep.
+                #[allow(clippy::needless_range_loop)]
+                #[inline(always)]
+                unsafe fn dots<const R: usize, const KIND: u8>(
+                    wb: *const u8,
+                    x: impl Fn(usize) -> *const i8,
+                ) -> [__m256i; R] {
                     let mut dots = [_mm256_setzero_si256(); R];
                     if KIND == NIBBLE {
+                        let low_nibbles = _mm256_set1_epi8(0x0F);
                         for h in 0..4 {
                             let pair = _mm256_loadu_si256(wb.add(h * BLOCK) as *const __m256i);
                             let lo = _mm256_and_si256(pair, low_nibbles);
@@ -165,20 +135,7 @@ macro_rules! vnni_kernel {
                             }
                         }
                     }
-                    let dw = _mm256_loadu_ps(panel.scales.as_ptr().add(b * PANEL));
-                    for r in 0..R {
-                        let scale = _mm256_mul_ps(dw, _mm256_set1_ps(*xs.add(r * nb + b)));
-                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), scale, acc[r]);
-                    }
-                    if KIND != SIGNED {
-                        let mins = _mm256_loadu_ps(panel.mins.as_ptr().add(b * PANEL));
-                        for r in 0..R {
-                            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(*sums.add(r * nb + b)), mins, acc[r]);
-                        }
-                    }
-                }
-                for r in 0..R {
-                    _mm256_storeu_ps(out.as_mut_ptr().add(r * PANEL), acc[r]);
+                    dots
                 }
             }
         }

@@ -25,6 +25,8 @@ mod kernel_avx2;
 mod kernel_scalar;
 mod kernel_vnni;
 mod pack;
+#[cfg(target_arch = "x86_64")]
+mod simd_tile;
 
 pub use activation::{quantize_rows, QuantizedRows};
 pub use pack::{PackedWeight, QuantKind};

@@ -1,0 +1,109 @@
+//! The tile loop both SIMD kernels run: up to 4 rows x one 8-column panel, one f32x8
+//! accumulator per row whose lanes are the panel's columns. Per block, a kernel's `BlockDot`
+//! leaves each row's exact integer dot product per column in an i32x8; the epilogue here turns
+//! it into f32 the same way for every kernel (one convert, one or two fmas per row and block, in
+//! block order), which is what makes the AVX2, VNNI and scalar kernels bit-identical.
+//!
+//! Everything here is `#[inline(always)]` and compiled inside each kernel's `#[target_feature]`
+//! entry point, so each kernel is still one straight-line function with its own instructions.
+
+use std::arch::x86_64::*;
+
+use super::activation::QuantizedRows;
+use super::pack::{Panel, QuantKind};
+use super::{BLOCK, PANEL};
+
+/// `QuantKind` as a const generic (enums cannot be const parameters on stable Rust).
+pub(super) const NIBBLE: u8 = 0;
+pub(super) const UNSIGNED: u8 = 1;
+pub(super) const SIGNED: u8 = 2;
+
+/// One kernel's integer part: a block's dot products of `R` rows against the panel.
+pub(super) trait BlockDot {
+    /// Row `r`'s exact integer dot product with each of the panel's 8 columns over block `wb`
+    /// (`KIND`'s layout), the row's block of 32 i8 activations starting at `x(r)`.
+    ///
+    /// # Safety
+    ///
+    /// The CPU has the kernel's features; `wb` holds one packed block of `KIND` and each
+    /// `x(r)` for `r < R` 32 readable bytes.
+    unsafe fn dots<const R: usize, const KIND: u8>(wb: *const u8, x: impl Fn(usize) -> *const i8) -> [__m256i; R];
+}
+
+/// Group `g`'s 4 activations of the block at `x`, in every lane: each column's 4 weight quants
+/// of the group meet the same 4 activations.
+///
+/// # Safety
+///
+/// AVX2, and the 4 bytes at `x.add(4 * g)` readable (`g < 8`); no alignment is required.
+#[inline(always)]
+pub(super) unsafe fn group(x: *const i8, g: usize) -> __m256i {
+    _mm256_set1_epi32(std::ptr::read_unaligned(x.add(4 * g) as *const i32))
+}
+
+/// Rows `row0..row0 + n` (`n <= 4`) of the panel's output into `o`, `n` rows of `PANEL`.
+///
+/// # Safety
+///
+/// AVX2, FMA and `D`'s features, and the bounds `kernel_avx2::in_bounds` checks for those rows.
+#[inline(always)]
+pub(super) unsafe fn tile_rows<D: BlockDot>(
+    panel: &Panel<'_>,
+    act: &QuantizedRows,
+    row0: usize,
+    n: usize,
+    o: &mut [f32],
+) {
+    match (panel.kind, n) {
+        (QuantKind::Nibble, 1) => tile_n::<D, 1, NIBBLE>(panel, act, row0, o),
+        (QuantKind::Nibble, 2) => tile_n::<D, 2, NIBBLE>(panel, act, row0, o),
+        (QuantKind::Nibble, 3) => tile_n::<D, 3, NIBBLE>(panel, act, row0, o),
+        (QuantKind::Nibble, _) => tile_n::<D, 4, NIBBLE>(panel, act, row0, o),
+        (QuantKind::Unsigned, 1) => tile_n::<D, 1, UNSIGNED>(panel, act, row0, o),
+        (QuantKind::Unsigned, 2) => tile_n::<D, 2, UNSIGNED>(panel, act, row0, o),
+        (QuantKind::Unsigned, 3) => tile_n::<D, 3, UNSIGNED>(panel, act, row0, o),
+        (QuantKind::Unsigned, _) => tile_n::<D, 4, UNSIGNED>(panel, act, row0, o),
+        (QuantKind::Signed, 1) => tile_n::<D, 1, SIGNED>(panel, act, row0, o),
+        (QuantKind::Signed, 2) => tile_n::<D, 2, SIGNED>(panel, act, row0, o),
+        (QuantKind::Signed, 3) => tile_n::<D, 3, SIGNED>(panel, act, row0, o),
+        (QuantKind::Signed, _) => tile_n::<D, 4, SIGNED>(panel, act, row0, o),
+    }
+}
+
+/// # Safety
+///
+/// As `tile_rows`, for `R` rows (among the bounds: `out.len() >= R * PANEL`).
+// `r` selects the same row of `dots`, `acc` and the activations in lockstep.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn tile_n<D: BlockDot, const R: usize, const KIND: u8>(
+    panel: &Panel<'_>,
+    act: &QuantizedRows,
+    row0: usize,
+    out: &mut [f32],
+) {
+    let (k, nb) = (act.in_features, panel.blocks);
+    let block_bytes = panel.kind.panel_block_bytes();
+    let xq = act.quants.as_ptr().add(row0 * k);
+    let xs = act.scales.as_ptr().add(row0 * nb);
+    let sums = act.sums.as_ptr().add(row0 * nb);
+    let wq = panel.quants.as_ptr();
+    let mut acc = [_mm256_setzero_ps(); R];
+    for b in 0..nb {
+        let dots = D::dots::<R, KIND>(wq.add(b * block_bytes), |r| xq.add(r * k + b * BLOCK));
+        let dw = _mm256_loadu_ps(panel.scales.as_ptr().add(b * PANEL));
+        for r in 0..R {
+            let scale = _mm256_mul_ps(dw, _mm256_set1_ps(*xs.add(r * nb + b)));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), scale, acc[r]);
+        }
+        if KIND != SIGNED {
+            let mins = _mm256_loadu_ps(panel.mins.as_ptr().add(b * PANEL));
+            for r in 0..R {
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(*sums.add(r * nb + b)), mins, acc[r]);
+            }
+        }
+    }
+    for r in 0..R {
+        _mm256_storeu_ps(out.as_mut_ptr().add(r * PANEL), acc[r]);
+    }
+}
