@@ -49,6 +49,9 @@ pub struct StrategyResult {
     pub accuracy: f64,
     /// 95% percentile bootstrap interval of `accuracy` over items.
     pub ci95: Interval,
+    /// With several samples per item (`n=` above 1): the share of items with at least one
+    /// right sample, pass@k at k = `samples` (HumanEval's estimator, exact when k = n).
+    pub pass_at_samples: Option<f64>,
     /// Against the run's first strategy, item by item; None for the first itself.
     pub paired: Option<PairedDiff>,
     /// MMLU: accuracy of the answer read from the first token's option log-probabilities
@@ -134,7 +137,12 @@ impl EvalReport {
             if first_token {
                 out.push_str(&s.first_token_accuracy.map_or(" - |".into(), |a| format!(" {:.1}% |", 100.0 * a)));
             }
-            out.push_str(&format!(" {:.1} | {:.1} | {} |\n", s.tokens_per_sec, s.mean_output_len, s.stats.summary()));
+            let stats = match (s.pass_at_samples, s.stats.summary()) {
+                (Some(p), rest) if rest == "-" => format!("pass@{} {:.1}%", s.samples, 100.0 * p),
+                (Some(p), rest) => format!("pass@{} {:.1}%; {rest}", s.samples, 100.0 * p),
+                (None, rest) => rest,
+            };
+            out.push_str(&format!(" {:.1} | {:.1} | {} |\n", s.tokens_per_sec, s.mean_output_len, stats));
         }
         out
     }

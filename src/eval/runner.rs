@@ -262,6 +262,8 @@ pub fn summarise(
         correct: items.iter().filter(|i| i.grade.correct).count(),
         accuracy: mean(&scores),
         ci95: mean_interval(&scores, seed),
+        pass_at_samples: (spec.samples > 1)
+            .then(|| scores.iter().filter(|&&s| s > 0.0).count() as f64 / scores.len().max(1) as f64),
         paired: None,
         first_token_accuracy: (!first_token.is_empty())
             .then(|| first_token.iter().filter(|&&c| c).count() as f64 / items.len() as f64),
@@ -360,5 +362,9 @@ mod tests {
         // pass@1 = mean over items of c_i / n (HumanEval's unbiased estimator at k = 1).
         assert!((r.accuracy - (2.0 / 3.0 + 0.0 + 1.0) / 3.0).abs() < 1e-12);
         assert_eq!((r.n, r.correct), (3, 3));
+        // pass@3 with 3 samples: the items with any right sample ("a" and "c").
+        assert_eq!(r.pass_at_samples, Some(2.0 / 3.0));
+        let greedy = crate::eval::strategy_spec::parse_strategy("plain").unwrap();
+        assert_eq!(summarise(&greedy, items[..1].to_vec(), 1.0, StrategyStats::default(), 0).pass_at_samples, None);
     }
 }
