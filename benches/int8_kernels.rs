@@ -1,8 +1,9 @@
-//! The int8 GEMM's kernels side by side: `vpdpbusd` (`Backend::Auto` on a CPU with AVX-VNNI or
-//! AVX-512 VNNI) against the AVX2 kernel, on the projection shapes and formats of SmolLM2-135M
-//! and Qwen2.5-0.5B. Both give the same bits (tests/int8_gemm.rs); this measures the time.
-//! Every (shape, rows) point alternates the two kernels `BENCH_ROUNDS` times (default 7) and
-//! keeps each one's fastest round; compare the ratio, not the absolute times.
+//! The int8 GEMM's kernels side by side on the projection shapes and formats of SmolLM2-135M
+//! and Qwen2.5-0.5B: the AVX2 kernel, `Backend::Vnni256` (`vpdpbusd` in ymm registers, where
+//! the CPU has AVX-VNNI or AVX-512 VNNI) and `Backend::Auto` (two panels per zmm register where
+//! it has AVX-512 VNNI). All give the same bits (tests/int8_gemm.rs); this measures the time.
+//! Every (shape, rows) point alternates the kernels `BENCH_ROUNDS` times (default 7) and keeps
+//! each one's fastest round; compare the ratios, not the absolute times.
 //! Env: BENCH_ROUNDS, BENCH_ROWS (comma list, default 1,8,64,256), BENCH_JSON (output path).
 
 mod common;
@@ -46,7 +47,10 @@ fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|| vec![1, 8, 64, 256]);
     let auto = auto_kernel_name();
     println!("Backend::Auto runs the {auto} kernel on this CPU");
-    println!("{:<8} {:<20} {:>5} {:>12} {:>12} {:>8} {:>10}", "model", "shape", "rows", "avx2", auto, "ratio", "GOPS");
+    println!(
+        "{:<8} {:<20} {:>5} {:>12} {:>12} {:>12} {:>9} {:>9} {:>8}",
+        "model", "shape", "rows", "avx2", "vnni256", auto, "auto/avx2", "auto/256", "GOPS"
+    );
     let mut records = Vec::new();
     for (si, &(model, name, n, k, dtype)) in SHAPES.iter().enumerate() {
         let w = Tensor::from_vec(random(n * k, 7 + si as u64), (n, k), &Device::Cpu)?;
@@ -55,26 +59,30 @@ fn main() -> anyhow::Result<()> {
         };
         for &rows in &rows_list {
             let x = random(rows * k, 99 + rows as u64);
-            let (mut avx2, mut fast) = (f64::INFINITY, f64::INFINITY);
+            let (mut avx2, mut vnni256, mut fast) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
             for _ in 0..rounds {
                 avx2 = avx2.min(time(&packed, &x, rows, Backend::Avx2)?);
+                vnni256 = vnni256.min(time(&packed, &x, rows, Backend::Vnni256)?);
                 fast = fast.min(time(&packed, &x, rows, Backend::Auto)?);
             }
             let gops = 2.0 * (n * k * rows) as f64 / fast / 1e9;
             println!(
-                "{:<8} {:<20} {:>5} {:>10.1}us {:>10.1}us {:>8.2} {:>10.1}",
+                "{:<8} {:<20} {:>5} {:>10.1}us {:>10.1}us {:>10.1}us {:>9.2} {:>9.2} {:>8.1}",
                 model,
                 name,
                 rows,
                 avx2 * 1e6,
+                vnni256 * 1e6,
                 fast * 1e6,
                 avx2 / fast,
+                vnni256 / fast,
                 gops
             );
             records.push(serde_json::json!({
                 "model": model, "shape": name, "dtype": format!("{dtype:?}"), "rows": rows,
-                "seconds": { "avx2": avx2, "auto": fast }, "auto_kernel": auto,
-                "speedup_auto_vs_avx2": avx2 / fast, "auto_gops": gops,
+                "seconds": { "avx2": avx2, "vnni256": vnni256, "auto": fast }, "auto_kernel": auto,
+                "speedup_auto_vs_avx2": avx2 / fast, "speedup_auto_vs_vnni256": vnni256 / fast,
+                "auto_gops": gops,
             }));
         }
     }

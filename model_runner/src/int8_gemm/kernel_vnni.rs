@@ -151,24 +151,14 @@ mod tests {
     use candle_core::{Device, Tensor};
 
     use super::*;
-    use crate::int8_gemm::{quantize_rows, PackedWeight};
+    use crate::int8_gemm::{quantize_rows, xorshift_values, PackedWeight};
 
-    /// Both encodings (whichever this CPU has; `Backend::Auto` runs only the first) against
+    /// Both encodings (whichever this CPU has; `Backend::Vnni256` runs only the first) against
     /// the scalar kernel, bit for bit, on every packed kind and tile height.
     #[test]
     fn each_encoding_matches_the_scalar_kernel() {
         let (n, k) = (24, 256);
-        let mut s = 0x2545_f491_4f6c_dd1du64;
-        let mut values = |len: usize| -> Vec<f32> {
-            (0..len)
-                .map(|_| {
-                    s ^= s << 13;
-                    s ^= s >> 7;
-                    s ^= s << 17;
-                    (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-                })
-                .collect()
-        };
+        let mut values = xorshift_values(0x2545_f491_4f6c_dd1d);
         for isa in [Isa::AvxVnni, Isa::Avx512Vnni] {
             if !supports(isa) {
                 eprintln!("{isa:?}: not on this CPU, not tested");

@@ -5,8 +5,9 @@
 //! (`pack.rs`) into 8-column panels of integer quants whose vector lanes are the columns
 //! (4-bit formats two quants per byte), with per-32-block f32 scales; each step quantizes its
 //! activation rows to int8 blocks (`activation.rs`, per row, like ggml's Q8_1), and the
-//! microkernel (`kernel_avx2.rs`, or `kernel_vnni.rs` where the CPU has `vpdpbusd`) reuses
-//! every weight load across a tile of 4 rows.
+//! microkernel (`kernel_avx2.rs`, `kernel_vnni.rs` where the CPU has `vpdpbusd`, or
+//! `kernel_zmm.rs`, two panels per 512-bit register, where it has AVX-512 VNNI) reuses every
+//! weight load across a tile of 4 rows.
 //! Projections of one input (a layer's q/k/v, its gate/up) share one quantization and one
 //! parallel pass (`matmul_many`).
 //!
@@ -24,6 +25,7 @@ mod formats;
 mod kernel_avx2;
 mod kernel_scalar;
 mod kernel_vnni;
+mod kernel_zmm;
 mod pack;
 #[cfg(target_arch = "x86_64")]
 mod simd_tile;
@@ -54,11 +56,15 @@ pub enum Int8GemmError {
     BadDataLength { got: usize, expected: usize },
 }
 
-/// Which kernel implementation runs; `Auto` picks VNNI, else AVX2, else the scalar kernel.
-/// All give the same bits; the others exist so tests and benches can compare.
+/// Which kernel implementation runs; `Auto` picks 512-bit VNNI, else 256-bit VNNI, else AVX2,
+/// else the scalar kernel. All give the same bits; the others exist so tests and benches can
+/// compare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     Auto,
+    /// 256-bit registers, one panel per tile, even where the 512-bit kernel exists: VNNI where
+    /// the CPU has it, else as `Avx2`.
+    Vnni256,
     /// The AVX2 kernel even where VNNI exists (scalar without AVX2).
     Avx2,
     /// The portable kernel (same operation order, same bits).
@@ -68,6 +74,9 @@ pub enum Backend {
 /// The kernel a backend runs on this CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kernel {
+    /// Two panels per tile in zmm registers; a task's odd last panel goes through the ymm
+    /// VNNI kernel.
+    Zmm,
     Vnni(kernel_vnni::Isa),
     Avx2,
     Scalar,
@@ -75,7 +84,10 @@ enum Kernel {
 
 impl Kernel {
     fn of(backend: Backend) -> Self {
-        let vnni = kernel_vnni::available().filter(|_| backend == Backend::Auto);
+        if backend == Backend::Auto && kernel_zmm::available() {
+            return Kernel::Zmm;
+        }
+        let vnni = kernel_vnni::available().filter(|_| matches!(backend, Backend::Auto | Backend::Vnni256));
         match vnni {
             Some(isa) => Kernel::Vnni(isa),
             None if backend != Backend::Scalar && kernel_avx2::available() => Kernel::Avx2,
@@ -87,6 +99,7 @@ impl Kernel {
 /// The kernel `Backend::Auto` runs here, for logs and benchmark records.
 pub fn auto_kernel_name() -> &'static str {
     match Kernel::of(Backend::Auto) {
+        Kernel::Zmm => "avx512-vnni-zmm",
         Kernel::Vnni(kernel_vnni::Isa::AvxVnni) => "avx-vnni",
         Kernel::Vnni(kernel_vnni::Isa::Avx512Vnni) => "avx512-vnni",
         Kernel::Avx2 => "avx2",
@@ -138,6 +151,8 @@ pub fn matmul_many_with(
     // About four tasks per thread balances the two cores without tiny tasks; a task is a run
     // of one weight's panels, so the columns it writes belong to it alone.
     let per_task = total_panels.div_ceil(4 * threads).max(1);
+    // Whole pairs for the 512-bit kernel, so only a weight's odd last panel runs alone.
+    let per_task = if kernel == Kernel::Zmm { per_task.next_multiple_of(2) } else { per_task };
     let tasks: Vec<(usize, usize)> = weights
         .iter()
         .enumerate()
@@ -148,14 +163,8 @@ pub fn matmul_many_with(
         let (weight, y) = (weights[i], targets[i]);
         let n = weight.out_features();
         let mut tile = vec![0.0f32; rows * PANEL];
-        for p in first_panel..(first_panel + per_task).min(weight.num_panels()) {
-            let panel = weight.panel(p);
-            // The panel's weights stay in L1 while every row tile streams past them.
-            match kernel {
-                Kernel::Vnni(isa) => kernel_vnni::tile(isa, &panel, &act, 0, rows, &mut tile),
-                Kernel::Avx2 => kernel_avx2::tile(&panel, &act, 0, rows, &mut tile),
-                Kernel::Scalar => kernel_scalar::tile(&panel, &act, 0, rows, &mut tile),
-            }
+        let mut pair = if kernel == Kernel::Zmm { vec![0.0f32; rows * PANEL] } else { Vec::new() };
+        let write = |p: usize, tile: &[f32]| {
             let cols = PANEL.min(n - p * PANEL);
             let (tile_rows, _) = tile.as_chunks::<PANEL>();
             for (r, values) in tile_rows.iter().enumerate() {
@@ -173,6 +182,27 @@ pub fn matmul_many_with(
                     }
                 }
             }
+        };
+        let end = (first_panel + per_task).min(weight.num_panels());
+        let mut p = first_panel;
+        while p < end {
+            // The panels' weights stay in L1 while every row tile streams past them.
+            if kernel == Kernel::Zmm && p + 1 < end {
+                kernel_zmm::tile_pair(&weight.panel(p), &weight.panel(p + 1), &act, 0, rows, &mut tile, &mut pair);
+                write(p, &tile);
+                write(p + 1, &pair);
+                p += 2;
+                continue;
+            }
+            let panel = weight.panel(p);
+            match kernel {
+                Kernel::Zmm => kernel_vnni::tile(kernel_vnni::Isa::Avx512Vnni, &panel, &act, 0, rows, &mut tile),
+                Kernel::Vnni(isa) => kernel_vnni::tile(isa, &panel, &act, 0, rows, &mut tile),
+                Kernel::Avx2 => kernel_avx2::tile(&panel, &act, 0, rows, &mut tile),
+                Kernel::Scalar => kernel_scalar::tile(&panel, &act, 0, rows, &mut tile),
+            }
+            write(p, &tile);
+            p += 1;
         }
     };
     if threads == 1 {
@@ -185,6 +215,21 @@ pub fn matmul_many_with(
         unsafe { y.set_len(rows * w.out_features()) };
     }
     Ok(outputs)
+}
+
+/// Kernel test inputs: xorshift values in [-1, 1), the same sequence for the same `seed`.
+#[cfg(test)]
+pub(crate) fn xorshift_values(mut seed: u64) -> impl FnMut(usize) -> Vec<f32> {
+    move |len| {
+        (0..len)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                (seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
 }
 
 /// An output buffer shared by the tasks of one call, each writing its own columns.

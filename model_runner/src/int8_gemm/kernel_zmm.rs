@@ -1,0 +1,269 @@
+//! The 512-bit VNNI kernel: two adjacent 8-column panels in one zmm register, so each
+//! activation broadcast, each `vpdpbusd` and each epilogue instruction serves 16 columns. On a
+//! CPU with a full-width 512-bit datapath (Zen 5, Intel server cores) that is twice the work
+//! per instruction of `kernel_vnni.rs`'s ymm tile.
+//!
+//! The panels keep their 8-column layout (`pack.rs`): a group's weights are the two panels'
+//! 32-byte vectors joined into one register, the low half the first panel's columns. Lane for
+//! lane, the operations are those of the ymm kernels (the block's exact integer dot product,
+//! then `simd_tile.rs`'s convert, scale multiply and fmas in block order), so the outputs are
+//! bit-identical to theirs and to `kernel_scalar.rs`. The signed kind's sign trick uses a
+//! masked subtract: AVX-512 has no `vpsignb`.
+//!
+//! A pair reads six streams (quants, scales and mins of two panels) where one panel reads
+//! three, and with two threads that was more than the hardware prefetcher followed: a weight
+//! streamed from DRAM (an lm_head) ran at 0.6-0.8x the ymm kernel's speed at 1 to 8 rows. The
+//! first row tile of a pair therefore prefetches `PREFETCH_BLOCKS` blocks ahead in all six,
+//! which brought those cases to parity (benches/int8_kernels.rs, BENCHMARKS.md).
+
+use super::activation::QuantizedRows;
+use super::kernel_avx2::{self, TILE_ROWS};
+use super::pack::Panel;
+use super::{kernel_scalar, PANEL};
+
+/// Whether this CPU can run the kernel (cached feature loads).
+pub(crate) fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        kernel_avx2::available()
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vnni")
+            // A weight's odd last panel takes the ymm VNNI kernel's EVEX encoding.
+            && is_x86_feature_detected!("avx512vl")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Panels `a` and `b` of one weight against rows `row0..row0 + rows`: `out_a` and `out_b`
+/// get `rows` rows of `PANEL` each, as `kernel_scalar::tile` would write them for each panel
+/// (which it falls back to without the features or with inconsistent bounds).
+pub(crate) fn tile_pair(
+    a: &Panel<'_>,
+    b: &Panel<'_>,
+    act: &QuantizedRows,
+    row0: usize,
+    rows: usize,
+    out_a: &mut [f32],
+    out_b: &mut [f32],
+) {
+    let fits = kernel_avx2::in_bounds(a, act, row0, rows, out_a)
+        && kernel_avx2::in_bounds(b, act, row0, rows, out_b)
+        && a.kind == b.kind;
+    if !fits || !available() {
+        kernel_scalar::tile(a, act, row0, rows, out_a);
+        kernel_scalar::tile(b, act, row0, rows, out_b);
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut r = 0;
+        while r < rows {
+            let n = (rows - r).min(TILE_ROWS);
+            let (oa, ob) = (&mut out_a[r * PANEL..(r + n) * PANEL], &mut out_b[r * PANEL..(r + n) * PANEL]);
+            // SAFETY: `available()` confirmed the features, `in_bounds` held for both panels
+            // (same kind, hence same block layout) over rows `row0 + r .. + n`. Only the first
+            // row tile prefetches: later ones find the pair's weights in L1.
+            unsafe { imp::tile_rows((a, b), act, row0 + r, n, oa, ob, r == 0) };
+            r += n;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod imp {
+    use std::arch::x86_64::*;
+
+    use super::super::activation::QuantizedRows;
+    use super::super::pack::{Panel, QuantKind};
+    use super::super::simd_tile::{NIBBLE, SIGNED, UNSIGNED};
+    use super::super::{BLOCK, PANEL};
+
+    /// How far ahead the first row tile of a pair prefetches, in blocks (3 KiB of Q8_0 quants):
+    /// about one DRAM latency's worth of reading at one core's bandwidth.
+    const PREFETCH_BLOCKS: usize = 12;
+
+    /// # Safety
+    ///
+    /// The module's features; `kernel_avx2::in_bounds` holds for both panels over rows
+    /// `row0..row0 + n`, `n <= TILE_ROWS`, and both panels have the same kind.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
+    pub(super) unsafe fn tile_rows(
+        (a, b): (&Panel<'_>, &Panel<'_>),
+        act: &QuantizedRows,
+        row0: usize,
+        n: usize,
+        oa: &mut [f32],
+        ob: &mut [f32],
+        prefetch: bool,
+    ) {
+        match (a.kind, n) {
+            (QuantKind::Nibble, 1) => tile_n::<1, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Nibble, 2) => tile_n::<2, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Nibble, 3) => tile_n::<3, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Nibble, _) => tile_n::<4, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Unsigned, 1) => tile_n::<1, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Unsigned, 2) => tile_n::<2, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Unsigned, 3) => tile_n::<3, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Unsigned, _) => tile_n::<4, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Signed, 1) => tile_n::<1, SIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Signed, 2) => tile_n::<2, SIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Signed, 3) => tile_n::<3, SIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Signed, _) => tile_n::<4, SIGNED>((a, b), act, row0, oa, ob, prefetch),
+        }
+    }
+
+    /// Group `g`'s 4 activations of the block at `x`, in all 16 lanes.
+    #[inline(always)]
+    unsafe fn group(x: *const i8, g: usize) -> __m512i {
+        _mm512_set1_epi32(std::ptr::read_unaligned(x.add(4 * g) as *const i32))
+    }
+
+    /// The 32 bytes at `lo` and at `hi` as one register, `lo` in the low half.
+    #[inline(always)]
+    unsafe fn join_i(lo: *const u8, hi: *const u8) -> __m512i {
+        let low = _mm512_castsi256_si512(_mm256_loadu_si256(lo as *const __m256i));
+        _mm512_inserti64x4::<1>(low, _mm256_loadu_si256(hi as *const __m256i))
+    }
+
+    /// The 8 floats at `lo` and at `hi` as one register, `lo` in the low half.
+    #[inline(always)]
+    unsafe fn join_f(lo: *const f32, hi: *const f32) -> __m512 {
+        let low = _mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(lo)));
+        _mm512_castpd_ps(_mm512_insertf64x4::<1>(low, _mm256_castps_pd(_mm256_loadu_ps(hi))))
+    }
+
+    /// # Safety
+    ///
+    /// As `tile_rows`, for `R` rows.
+    // `r` selects the same row of `dots`, `acc` and the activations in lockstep.
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    unsafe fn tile_n<const R: usize, const KIND: u8>(
+        (a, b): (&Panel<'_>, &Panel<'_>),
+        act: &QuantizedRows,
+        row0: usize,
+        oa: &mut [f32],
+        ob: &mut [f32],
+        prefetch: bool,
+    ) {
+        let (k, nb) = (act.in_features, a.blocks);
+        let block_bytes = a.kind.panel_block_bytes();
+        let xq = act.quants.as_ptr().add(row0 * k);
+        let xs = act.scales.as_ptr().add(row0 * nb);
+        let sums = act.sums.as_ptr().add(row0 * nb);
+        let low_nibbles = _mm512_set1_epi8(0x0F);
+        let mut acc = [_mm512_setzero_ps(); R];
+        for blk in 0..nb {
+            let wa = a.quants.as_ptr().add(blk * block_bytes);
+            let wb = b.quants.as_ptr().add(blk * block_bytes);
+            let x = |r: usize| xq.add(r * k + blk * BLOCK);
+            // Addresses past the panels (near the weight's end) are never dereferenced:
+            // `prefetch` does not fault, and `wrapping_add` forms them without UB.
+            if prefetch {
+                let ahead = PREFETCH_BLOCKS * block_bytes;
+                for line in (0..block_bytes).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(wa.wrapping_add(ahead + line) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(ahead + line) as *const i8);
+                }
+                let s = (blk + PREFETCH_BLOCKS) * PANEL;
+                _mm_prefetch::<_MM_HINT_T0>(a.scales.as_ptr().wrapping_add(s) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(b.scales.as_ptr().wrapping_add(s) as *const i8);
+                if KIND != SIGNED {
+                    _mm_prefetch::<_MM_HINT_T0>(a.mins.as_ptr().wrapping_add(s) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(b.mins.as_ptr().wrapping_add(s) as *const i8);
+                }
+            }
+            let mut dots = [_mm512_setzero_si512(); R];
+            if KIND == NIBBLE {
+                for h in 0..4 {
+                    let pair = join_i(wa.add(h * BLOCK), wb.add(h * BLOCK));
+                    let lo = _mm512_and_si512(pair, low_nibbles);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(pair), low_nibbles);
+                    for r in 0..R {
+                        dots[r] = _mm512_dpbusd_epi32(dots[r], lo, group(x(r), h));
+                        dots[r] = _mm512_dpbusd_epi32(dots[r], hi, group(x(r), h + 4));
+                    }
+                }
+            } else if KIND == UNSIGNED {
+                for g in 0..8 {
+                    let w = join_i(wa.add(g * BLOCK), wb.add(g * BLOCK));
+                    for r in 0..R {
+                        dots[r] = _mm512_dpbusd_epi32(dots[r], w, group(x(r), g));
+                    }
+                }
+            } else if KIND == SIGNED {
+                // `vpdpbusd` takes u8 x i8: |w| times x negated where w < 0 (where w == 0 the
+                // product is 0 either way, as with `vpsignb`).
+                for g in 0..8 {
+                    let w = join_i(wa.add(g * BLOCK), wb.add(g * BLOCK));
+                    let wu = _mm512_abs_epi8(w);
+                    let negative = _mm512_movepi8_mask(w);
+                    for r in 0..R {
+                        let xg = group(x(r), g);
+                        let xa = _mm512_mask_sub_epi8(xg, negative, _mm512_setzero_si512(), xg);
+                        dots[r] = _mm512_dpbusd_epi32(dots[r], wu, xa);
+                    }
+                }
+            }
+            let dw = join_f(a.scales.as_ptr().add(blk * PANEL), b.scales.as_ptr().add(blk * PANEL));
+            for r in 0..R {
+                let scale = _mm512_mul_ps(dw, _mm512_set1_ps(*xs.add(r * nb + blk)));
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[r]), scale, acc[r]);
+            }
+            if KIND != SIGNED {
+                let mins = join_f(a.mins.as_ptr().add(blk * PANEL), b.mins.as_ptr().add(blk * PANEL));
+                for r in 0..R {
+                    acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(*sums.add(r * nb + blk)), mins, acc[r]);
+                }
+            }
+        }
+        for r in 0..R {
+            _mm256_storeu_ps(oa.as_mut_ptr().add(r * PANEL), _mm512_castps512_ps256(acc[r]));
+            let high = _mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc[r]));
+            _mm256_storeu_ps(ob.as_mut_ptr().add(r * PANEL), _mm256_castpd_ps(high));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::{Device, Tensor};
+
+    use super::*;
+    use crate::int8_gemm::{quantize_rows, xorshift_values, PackedWeight};
+
+    /// Every pair of adjacent panels against the scalar kernel, bit for bit, on every packed
+    /// kind and tile height (5 rows: a full tile and a remainder).
+    #[test]
+    fn each_panel_pair_matches_the_scalar_kernel() {
+        if !available() {
+            eprintln!("no AVX-512 VNNI+BW here: the 512-bit kernel is not tested");
+            return;
+        }
+        let (n, k) = (32, 256);
+        let mut values = xorshift_values(0x9e37_79b9_7f4a_7c15);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0] {
+            let w = Tensor::from_vec(values(n * k), (n, k), &Device::Cpu).unwrap();
+            let packed = PackedWeight::from_qtensor(&QTensor::quantize(&w, dtype).unwrap()).unwrap().unwrap();
+            for rows in 1..=5 {
+                let act = quantize_rows(&values(rows * k), rows, k);
+                for p in 0..packed.num_panels() - 1 {
+                    let (a, b) = (packed.panel(p), packed.panel(p + 1));
+                    let (mut fa, mut fb) = (vec![0.0f32; rows * PANEL], vec![0.0f32; rows * PANEL]);
+                    let (mut sa, mut sb) = (vec![0.0f32; rows * PANEL], vec![0.0f32; rows * PANEL]);
+                    tile_pair(&a, &b, &act, 0, rows, &mut fa, &mut fb);
+                    kernel_scalar::tile(&a, &act, 0, rows, &mut sa);
+                    kernel_scalar::tile(&b, &act, 0, rows, &mut sb);
+                    assert_eq!(bits(&fa), bits(&sa), "{dtype:?} {rows} rows, panel {p}");
+                    assert_eq!(bits(&fb), bits(&sb), "{dtype:?} {rows} rows, panel {}", p + 1);
+                }
+            }
+        }
+    }
+}
