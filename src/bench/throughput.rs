@@ -5,6 +5,7 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 
+use super::phase_spans::{phase_secs, RequestTimes};
 use crate::{Decoding, Engine, EngineConfig, Event, GenerationParams, Prompt, Request, SamplingParams};
 
 #[derive(Clone, Debug)]
@@ -25,7 +26,11 @@ pub struct ThroughputConfig {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct PhaseRates {
+    /// Prompt tokens over the time some request was waiting for its first token after
+    /// admission (`phase_spans`).
     pub prefill_tokens_per_s: f64,
+    /// Tokens after each request's first over the time some request was decoding; prefill
+    /// chunks share those steps, so at high concurrency this is not a pure-decode rate.
     pub decode_tokens_per_s: f64,
     pub output_tokens_per_s: f64,
     pub total_tokens_per_s: f64,
@@ -135,12 +140,12 @@ pub fn run_with_prompts(
         .iter()
         .map(|p| engine.submit(Request::new(Prompt::TokenIds(p.clone()), params.clone())))
         .collect::<std::result::Result<Vec<_>, _>>()?;
-    // Time to the last first-token approximates the end of the prefill-dominated phase. Each
+    // Each request's first-token and end times give the phases' spans (`phase_spans`). Each
     // handle is drained on its own thread: reading them one after another would see a later
     // request's first token only after the earlier requests finished.
     struct Drained {
         output_tokens: usize,
-        first_token_secs: f64,
+        times: RequestTimes,
         branches: Vec<String>,
     }
     let drained: Vec<Result<Drained>> = std::thread::scope(|scope| {
@@ -149,12 +154,13 @@ pub fn run_with_prompts(
             .enumerate()
             .map(|(i, mut handle)| {
                 scope.spawn(move || {
-                    let mut d = Drained { output_tokens: 0, first_token_secs: 0.0, branches: Vec::new() };
+                    let times = RequestTimes { first_token: 0.0, end: 0.0 };
+                    let mut d = Drained { output_tokens: 0, times, branches: Vec::new() };
                     while let Some(event) = handle.next_blocking() {
                         match event {
                             Event::Tokens { tokens, .. } => {
                                 if d.output_tokens == 0 && !tokens.is_empty() {
-                                    d.first_token_secs = start.elapsed().as_secs_f64();
+                                    d.times.first_token = start.elapsed().as_secs_f64();
                                 }
                                 d.output_tokens += tokens.len();
                                 d.branches.extend(tokens.iter().filter_map(|t| t.metrics.as_ref()?.branch.clone()));
@@ -163,6 +169,7 @@ pub fn run_with_prompts(
                             Event::Finished { .. } | Event::PromptLogprobs(_) => {}
                         }
                     }
+                    d.times.end = start.elapsed().as_secs_f64();
                     Ok(d)
                 })
             })
@@ -186,11 +193,11 @@ pub fn run_with_prompts(
     });
     let mut output_tokens = 0usize;
     let mut branches = std::collections::BTreeMap::<String, usize>::new();
-    let mut last_first_token = 0f64;
+    let mut times = Vec::with_capacity(prompts.len());
     for d in drained {
         let d = d?;
         output_tokens += d.output_tokens;
-        last_first_token = last_first_token.max(d.first_token_secs);
+        times.push(d.times);
         for b in d.branches {
             *branches.entry(b).or_default() += 1;
         }
@@ -203,10 +210,10 @@ pub fn run_with_prompts(
     let mti_trigger_rate = metrics.mti_trigger_rate();
     engine.shutdown(crate::ShutdownMode::Finish);
     let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
-    let decode_secs = (wall - last_first_token).max(1e-9);
+    let (prefill_secs, decode_secs) = phase_secs(&times, config.concurrency);
     let engine_rates = PhaseRates {
-        prefill_tokens_per_s: prompt_tokens as f64 / last_first_token.max(1e-9),
-        decode_tokens_per_s: output_tokens.saturating_sub(config.requests) as f64 / decode_secs,
+        prefill_tokens_per_s: prompt_tokens as f64 / prefill_secs.max(1e-9),
+        decode_tokens_per_s: output_tokens.saturating_sub(times.len()) as f64 / decode_secs.max(1e-9),
         output_tokens_per_s: output_tokens as f64 / wall,
         total_tokens_per_s: (prompt_tokens + output_tokens) as f64 / wall,
         wall_secs: wall,
