@@ -38,16 +38,22 @@ pub(crate) fn tile(panel: &Panel<'_>, act: &QuantizedRows, row0: usize, rows: us
         return kernel_scalar::tile(panel, act, row0, rows, out);
     }
     #[cfg(target_arch = "x86_64")]
-    {
-        let mut r = 0;
-        while r < rows {
-            let n = (rows - r).min(TILE_ROWS);
-            let o = &mut out[r * PANEL..(r + n) * PANEL];
-            // SAFETY: `available()` confirmed AVX2 and FMA, and `in_bounds` bounds every pointer
-            // offset the kernel forms (rows `row0 + r .. + n`, blocks `0..nb`, the panel's bytes).
-            unsafe { imp::tile_rows(panel, act, row0 + r, n, o) };
-            r += n;
-        }
+    by_row_tiles(rows, out, |r, n, o| {
+        // SAFETY: `available()` confirmed AVX2 and FMA, and `in_bounds` bounds every pointer
+        // offset the kernel forms (rows `row0 + r .. + n`, blocks `0..nb`, the panel's bytes).
+        unsafe { imp::tile_rows(panel, act, row0 + r, n, o) }
+    });
+}
+
+/// Calls `tile(r, n, out_rows)` for rows `r..r + n` in runs of at most `TILE_ROWS`, with
+/// `out_rows` those rows' `n * PANEL` outputs.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn by_row_tiles(rows: usize, out: &mut [f32], mut tile: impl FnMut(usize, usize, &mut [f32])) {
+    let mut r = 0;
+    while r < rows {
+        let n = (rows - r).min(TILE_ROWS);
+        tile(r, n, &mut out[r * PANEL..(r + n) * PANEL]);
+        r += n;
     }
 }
 

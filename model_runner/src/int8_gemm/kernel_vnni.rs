@@ -10,9 +10,9 @@
 //! (EVEX, Cascade Lake on); the kernel is compiled once for each and picked at run time.
 
 use super::activation::QuantizedRows;
-use super::kernel_avx2::{self, TILE_ROWS};
+use super::kernel_avx2;
+use super::kernel_scalar;
 use super::pack::Panel;
-use super::{kernel_scalar, PANEL};
 
 /// Which `vpdpbusd` encoding the CPU has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,23 +49,17 @@ pub(crate) fn tile(isa: Isa, panel: &Panel<'_>, act: &QuantizedRows, row0: usize
         return kernel_scalar::tile(panel, act, row0, rows, out);
     }
     #[cfg(target_arch = "x86_64")]
-    {
-        let mut r = 0;
-        while r < rows {
-            let n = (rows - r).min(TILE_ROWS);
-            let o = &mut out[r * PANEL..(r + n) * PANEL];
-            // SAFETY: `supports(isa)` confirmed AVX2, FMA and this `vpdpbusd` encoding, and
-            // `in_bounds` bounds every pointer offset the kernel forms (rows `row0 + r .. + n`,
-            // blocks `0..nb`, the panel's bytes).
-            unsafe {
-                match isa {
-                    Isa::AvxVnni => avx_vnni::tile_rows(panel, act, row0 + r, n, o),
-                    Isa::Avx512Vnni => avx512_vnni::tile_rows(panel, act, row0 + r, n, o),
-                }
+    kernel_avx2::by_row_tiles(rows, out, |r, n, o| {
+        // SAFETY: `supports(isa)` confirmed AVX2, FMA and this `vpdpbusd` encoding, and
+        // `in_bounds` bounds every pointer offset the kernel forms (rows `row0 + r .. + n`,
+        // blocks `0..nb`, the panel's bytes).
+        unsafe {
+            match isa {
+                Isa::AvxVnni => avx_vnni::tile_rows(panel, act, row0 + r, n, o),
+                Isa::Avx512Vnni => avx512_vnni::tile_rows(panel, act, row0 + r, n, o),
             }
-            r += n;
         }
-    }
+    });
 }
 
 /// One kernel per encoding: the body is the same, the target features and the intrinsic differ.
@@ -151,7 +145,7 @@ mod tests {
     use candle_core::{Device, Tensor};
 
     use super::*;
-    use crate::int8_gemm::{quantize_rows, xorshift_values, PackedWeight};
+    use crate::int8_gemm::{quantize_rows, xorshift_values, PackedWeight, PANEL};
 
     /// Both encodings (whichever this CPU has; `Backend::Vnni256` runs only the first) against
     /// the scalar kernel, bit for bit, on every packed kind and tile height.
