@@ -115,6 +115,10 @@ fn attend_row<T: KvElem>(
     let mut j0 = 0;
     if vectorized {
         while j0 + 8 <= num_keys {
+            for &(k, v) in rows.iter().skip(j0 + PREFETCH_KEYS).take(8) {
+                simd::prefetch(k);
+                simd::prefetch(v);
+            }
             let keys: [&[T]; 8] = std::array::from_fn(|j| rows[j0 + j].0);
             for h in 0..num_heads {
                 let q = &q_row[h * head_dim..(h + 1) * head_dim];
@@ -152,6 +156,11 @@ fn attend_row<T: KvElem>(
     }
     metrics
 }
+
+/// How many keys ahead of the scoring loop a row's keys and values are prefetched: a
+/// decode row's keys sit in blocks scattered over the pool, beyond what the hardware
+/// prefetcher follows.
+const PREFETCH_KEYS: usize = 16;
 
 /// Eight fused lane accumulators (lane `l` takes elements `8c + l`) summed as the pairwise
 /// tree `simd::dot8` uses, so a key's score is the same whichever path computes it.

@@ -2,7 +2,9 @@
 //!
 //! Each 32-element block of a row gets its own scale `d = max|x| / 127` and quants
 //! `round(x / d)` in `-127..=127` (never -128, which keeps the sign trick of the Q8_0 kernel
-//! exact), plus `s = d * sum(q)`, which the Q4_1-style weights need for their min term.
+//! exact), plus `s = d * sum(q)`, which the Q4_1-style weights need for their min term, and
+//! `sum(q)` itself, which the VNNI kernels take off a signed block's dot product after
+//! running its weights biased by 128 as unsigned bytes.
 //! Every block depends only on its own 32 values, so a row quantizes the same in any batch.
 
 use super::BLOCK;
@@ -17,6 +19,8 @@ pub struct QuantizedRows {
     pub(crate) scales: Vec<f32>,
     /// `[rows][blocks]` `d * sum(q)` of each block.
     pub(crate) sums: Vec<f32>,
+    /// `[rows][blocks]` `sum(q)` of each block.
+    pub(crate) quant_sums: Vec<i32>,
 }
 
 impl QuantizedRows {
@@ -38,14 +42,15 @@ pub fn quantize_rows(x: &[f32], rows: usize, in_features: usize) -> QuantizedRow
     let mut quants = vec![0i8; rows * in_features];
     let mut scales = vec![0.0f32; rows * blocks];
     let mut sums = vec![0.0f32; rows * blocks];
-    for ((xb, qb), (d_out, s_out)) in
-        x.chunks_exact(BLOCK).zip(quants.chunks_exact_mut(BLOCK)).zip(scales.iter_mut().zip(sums.iter_mut()))
-    {
+    let mut quant_sums = vec![0i32; rows * blocks];
+    let outs = scales.iter_mut().zip(sums.iter_mut()).zip(quant_sums.iter_mut());
+    for ((xb, qb), ((d_out, s_out), q_out)) in x.chunks_exact(BLOCK).zip(quants.chunks_exact_mut(BLOCK)).zip(outs) {
         let (d, sum) = simd::quantize_block(xb, qb);
         *d_out = d;
         *s_out = d * sum as f32;
+        *q_out = sum;
     }
-    QuantizedRows { in_features, blocks, quants, scales, sums }
+    QuantizedRows { in_features, blocks, quants, scales, sums, quant_sums }
 }
 
 /// One block: returns its scale and the sum of its quants. Rounding is half away from zero

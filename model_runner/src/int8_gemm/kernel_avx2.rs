@@ -69,6 +69,7 @@ pub(super) fn in_bounds(panel: &Panel<'_>, act: &QuantizedRows, row0: usize, row
         && row0 + rows <= act.rows()
         && act.scales.len() >= (row0 + rows) * nb
         && act.sums.len() >= (row0 + rows) * nb
+        && act.quant_sums.len() >= (row0 + rows) * nb
         && out.len() >= rows * PANEL
 }
 
@@ -97,7 +98,11 @@ mod imp {
         // `r` selects the same row of `s16`, `dots` and the activations in lockstep.
         #[allow(clippy::needless_range_loop)]
         #[inline(always)]
-        unsafe fn dots<const R: usize, const KIND: u8>(wb: *const u8, x: impl Fn(usize) -> *const i8) -> [__m256i; R] {
+        unsafe fn dots<const R: usize, const KIND: u8>(
+            wb: *const u8,
+            x: impl Fn(usize) -> *const i8,
+            _: impl Fn(usize) -> i32,
+        ) -> [__m256i; R] {
             let ones = _mm256_set1_epi16(1);
             let mut dots = [_mm256_setzero_si256(); R];
             if KIND == NIBBLE {

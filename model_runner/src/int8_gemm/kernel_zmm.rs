@@ -7,8 +7,8 @@
 //! 32-byte vectors joined into one register, the low half the first panel's columns. Lane for
 //! lane, the operations are those of the ymm kernels (the block's exact integer dot product,
 //! then `simd_tile.rs`'s convert, scale multiply and fmas in block order), so the outputs are
-//! bit-identical to theirs and to `kernel_scalar.rs`. The signed kind's sign trick uses a
-//! masked subtract: AVX-512 has no `vpsignb`.
+//! bit-identical to theirs and to `kernel_scalar.rs`. The signed kind runs its weights biased
+//! by 128 as unsigned bytes and subtracts 128 x the activations' block sum after.
 //!
 //! A pair reads six streams (quants, scales and mins of two panels) where one panel reads
 //! three, and with two threads that was more than the hardware prefetcher followed: a weight
@@ -155,6 +155,7 @@ mod imp {
         let xq = act.quants.as_ptr().add(row0 * k);
         let xs = act.scales.as_ptr().add(row0 * nb);
         let sums = act.sums.as_ptr().add(row0 * nb);
+        let quant_sums = act.quant_sums.as_ptr().add(row0 * nb);
         let low_nibbles = _mm512_set1_epi8(0x0F);
         let mut acc = [_mm512_setzero_ps(); R];
         for blk in 0..nb {
@@ -196,17 +197,18 @@ mod imp {
                     }
                 }
             } else if KIND == SIGNED {
-                // `vpdpbusd` takes u8 x i8: |w| times x negated where w < 0 (where w == 0 the
-                // product is 0 either way, as with `vpsignb`).
+                // `vpdpbusd` takes u8 x i8: w + 128 (w with its sign bit flipped) as u8, then
+                // the 128 x sum(x) that adds is taken off: the same integer, one instruction
+                // per row and group instead of two.
+                let bias = _mm512_set1_epi8(i8::MIN);
                 for g in 0..8 {
-                    let w = join_i(wa.add(g * BLOCK), wb.add(g * BLOCK));
-                    let wu = _mm512_abs_epi8(w);
-                    let negative = _mm512_movepi8_mask(w);
+                    let wu = _mm512_xor_si512(join_i(wa.add(g * BLOCK), wb.add(g * BLOCK)), bias);
                     for r in 0..R {
-                        let xg = group(x(r), g);
-                        let xa = _mm512_mask_sub_epi8(xg, negative, _mm512_setzero_si512(), xg);
-                        dots[r] = _mm512_dpbusd_epi32(dots[r], wu, xa);
+                        dots[r] = _mm512_dpbusd_epi32(dots[r], wu, group(x(r), g));
                     }
+                }
+                for r in 0..R {
+                    dots[r] = _mm512_sub_epi32(dots[r], _mm512_set1_epi32(128 * *quant_sums.add(r * nb + blk)));
                 }
             }
             let dw = join_f(a.scales.as_ptr().add(blk * PANEL), b.scales.as_ptr().add(blk * PANEL));
@@ -235,7 +237,7 @@ mod tests {
     use candle_core::{Device, Tensor};
 
     use super::*;
-    use crate::int8_gemm::{quantize_rows, xorshift_values, PackedWeight};
+    use crate::int8_gemm::{full_range_signed, quantize_rows, xorshift_values, PackedWeight};
 
     /// Every pair of adjacent panels against the scalar kernel, bit for bit, on every packed
     /// kind and tile height (5 rows: a full tile and a remainder).
@@ -264,6 +266,17 @@ mod tests {
                     assert_eq!(bits(&fb), bits(&sb), "{dtype:?} {rows} rows, panel {}", p + 1);
                 }
             }
+        }
+        let packed = full_range_signed(n, k);
+        for rows in 1..=5 {
+            let act = quantize_rows(&values(rows * k), rows, k);
+            let (a, b) = (packed.panel(0), packed.panel(1));
+            let (mut fa, mut fb) = (vec![0.0f32; rows * PANEL], vec![0.0f32; rows * PANEL]);
+            let (mut sa, mut sb) = (vec![0.0f32; rows * PANEL], vec![0.0f32; rows * PANEL]);
+            tile_pair(&a, &b, &act, 0, rows, &mut fa, &mut fb);
+            kernel_scalar::tile(&a, &act, 0, rows, &mut sa);
+            kernel_scalar::tile(&b, &act, 0, rows, &mut sb);
+            assert_eq!((bits(&fa), bits(&fb)), (bits(&sa), bits(&sb)), "quants -128..=127, {rows} rows");
         }
     }
 }
