@@ -80,6 +80,10 @@ impl ModelRunner {
     }
 
     pub fn execute(&mut self, batch: &ForwardBatch) -> Result<ForwardOutput> {
-        self.model.forward(batch, &mut self.cache)
+        let (model, cache) = (&self.model, &mut self.cache);
+        // The forward runs on a worker of rayon's pool, so each of its parallel regions (a
+        // few per layer) starts on the thread already running it, instead of waking a worker
+        // and putting this thread to sleep until the region ends.
+        rayon::scope(|_| model.forward(batch, cache))
     }
 }
