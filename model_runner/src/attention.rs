@@ -114,20 +114,25 @@ fn attend_row<T: KvElem>(
     let mut scores = vec![0f32; num_heads * num_keys];
     let mut j0 = 0;
     if vectorized {
-        while j0 + 8 <= num_keys {
+        while j0 < num_keys {
             for &(k, v) in rows.iter().skip(j0 + PREFETCH_KEYS).take(8) {
                 simd::prefetch(k);
                 simd::prefetch(v);
             }
-            let keys: [&[T]; 8] = std::array::from_fn(|j| rows[j0 + j].0);
+            // A last block of fewer than 8 keys repeats its last key in the spare lanes: a
+            // lane's score depends on its own key alone, so the real keys' scores are the
+            // same bits as in a full block (and as the scalar `dot`'s).
+            let n = (num_keys - j0).min(8);
+            let keys: [&[T]; 8] = std::array::from_fn(|j| rows[j0 + j.min(n - 1)].0);
             for h in 0..num_heads {
                 let q = &q_row[h * head_dim..(h + 1) * head_dim];
-                let out = &mut scores[h * num_keys + j0..h * num_keys + j0 + 8];
+                let mut out = [0f32; 8];
                 // SAFETY: `available()` checked; `q` holds `head_dim` values (a multiple of 8),
                 // every key row `(h / group + 1) * head_dim`, `out` eight.
-                unsafe { simd::dot8(q, &keys, h / group * head_dim, scale, out) };
+                unsafe { simd::dot8(q, &keys, h / group * head_dim, scale, &mut out) };
+                scores[h * num_keys + j0..h * num_keys + j0 + n].copy_from_slice(&out[..n]);
             }
-            j0 += 8;
+            j0 += n;
         }
     }
     let mut k = vec![0f32; if j0 < num_keys { head_dim } else { 0 }];
