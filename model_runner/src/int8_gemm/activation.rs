@@ -7,6 +7,8 @@
 //! running its weights biased by 128 as unsigned bytes.
 //! Every block depends only on its own 32 values, so a row quantizes the same in any batch.
 
+use rayon::prelude::*;
+
 use super::BLOCK;
 
 /// `rows` quantized activation rows of `in_features` values each.
@@ -43,14 +45,33 @@ pub fn quantize_rows(x: &[f32], rows: usize, in_features: usize) -> QuantizedRow
     let mut scales = vec![0.0f32; rows * blocks];
     let mut sums = vec![0.0f32; rows * blocks];
     let mut quant_sums = vec![0i32; rows * blocks];
-    let outs = scales.iter_mut().zip(sums.iter_mut()).zip(quant_sums.iter_mut());
-    for ((xb, qb), ((d_out, s_out), q_out)) in x.chunks_exact(BLOCK).zip(quants.chunks_exact_mut(BLOCK)).zip(outs) {
-        let (d, sum) = simd::quantize_block(xb, qb);
-        *d_out = d;
-        *s_out = d * sum as f32;
-        *q_out = sum;
+    if x.len() < PARALLEL_FROM {
+        let outs = scales.iter_mut().zip(sums.iter_mut()).zip(quant_sums.iter_mut());
+        for ((xb, qb), ((d, s), q)) in x.chunks_exact(BLOCK).zip(quants.chunks_exact_mut(BLOCK)).zip(outs) {
+            quantize_into(xb, qb, d, s, q);
+        }
+    } else {
+        // A step's rows (up to the token budget) quantize on both cores rather than one while
+        // the other waits for the matmul; blocks are independent, so the result is the same.
+        let outs = scales.par_iter_mut().zip(sums.par_iter_mut()).zip(quant_sums.par_iter_mut());
+        x.par_chunks_exact(BLOCK)
+            .zip(quants.par_chunks_exact_mut(BLOCK))
+            .zip(outs)
+            .with_min_len(256)
+            .for_each(|((xb, qb), ((d, s), q))| quantize_into(xb, qb, d, s, q));
     }
     QuantizedRows { in_features, blocks, quants, scales, sums, quant_sums }
+}
+
+/// Below this many values a batch quantizes on the calling thread.
+const PARALLEL_FROM: usize = 1 << 15;
+
+/// One block into its quants, scale, `d * sum(q)` and `sum(q)`.
+fn quantize_into(xb: &[f32], qb: &mut [i8], d_out: &mut f32, s_out: &mut f32, q_out: &mut i32) {
+    let (d, sum) = simd::quantize_block(xb, qb);
+    *d_out = d;
+    *s_out = d * sum as f32;
+    *q_out = sum;
 }
 
 /// One block: returns its scale and the sum of its quants. Rounding is half away from zero
@@ -154,6 +175,23 @@ mod tests {
         let vector = simd::quantize_block(x, &mut qv);
         assert_eq!(scalar.0.to_bits(), vector.0.to_bits(), "scale of {x:?}");
         assert_eq!((scalar.1, qs), (vector.1, qv), "quants of {x:?}");
+    }
+
+    /// A batch large enough to quantize in parallel gives every block what the scalar
+    /// quantization of that block alone gives.
+    #[test]
+    fn a_large_batch_quantizes_block_by_block() {
+        let (rows, k) = (80, 512);
+        assert!(rows * k >= PARALLEL_FROM);
+        let x: Vec<f32> = (0..rows * k).map(|i| ((i * 2654435761) % 4093) as f32 / 511.0 - 4.0).collect();
+        let act = quantize_rows(&x, rows, k);
+        for (b, xb) in x.chunks_exact(BLOCK).enumerate() {
+            let mut q = [0i8; BLOCK];
+            let (d, sum) = quantize_block(xb, &mut q);
+            assert_eq!(act.quants[b * BLOCK..(b + 1) * BLOCK], q, "block {b}");
+            assert_eq!((act.scales[b].to_bits(), act.quant_sums[b]), (d.to_bits(), sum), "block {b}");
+            assert_eq!(act.sums[b].to_bits(), (d * sum as f32).to_bits(), "block {b}");
+        }
     }
 
     #[test]
