@@ -12,8 +12,9 @@ use rayon::prelude::*;
 
 use crate::error::{ModelError, Result};
 
-/// Below this many elements an operation runs on the calling thread.
-const PARALLEL_FROM: usize = 1 << 15;
+/// Below this many elements an elementwise or per-block operation (here, and the activation
+/// quantization of `int8_gemm`) runs on the calling thread.
+pub(crate) const PARALLEL_FROM: usize = 1 << 15;
 
 /// RMSNorm of every `alpha.len()`-wide row of `x`, like `candle_nn::ops::rms_norm`.
 pub fn rms_norm(x: &[f32], alpha: &[f32], eps: f32) -> Vec<f32> {

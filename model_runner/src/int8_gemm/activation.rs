@@ -10,6 +10,7 @@
 use rayon::prelude::*;
 
 use super::BLOCK;
+use crate::ops::PARALLEL_FROM;
 
 /// `rows` quantized activation rows of `in_features` values each.
 pub struct QuantizedRows {
@@ -62,9 +63,6 @@ pub fn quantize_rows(x: &[f32], rows: usize, in_features: usize) -> QuantizedRow
     }
     QuantizedRows { in_features, blocks, quants, scales, sums, quant_sums }
 }
-
-/// Below this many values a batch quantizes on the calling thread.
-const PARALLEL_FROM: usize = 1 << 15;
 
 /// One block into its quants, scale, `d * sum(q)` and `sum(q)`.
 fn quantize_into(xb: &[f32], qb: &mut [i8], d_out: &mut f32, s_out: &mut f32, q_out: &mut i32) {
