@@ -105,37 +105,31 @@ mod imp {
         ob: &mut [f32],
         prefetch: bool,
     ) {
-        match a.kind {
-            QuantKind::Nibble => tile_kind::<NIBBLE>((a, b), act, row0, n, oa, ob, prefetch),
-            QuantKind::Unsigned => tile_kind::<UNSIGNED>((a, b), act, row0, n, oa, ob, prefetch),
-            QuantKind::Signed => tile_kind::<SIGNED>((a, b), act, row0, n, oa, ob, prefetch),
-        }
-    }
-
-    /// `tile_rows` for one kind: the tile height as a const generic.
-    ///
-    /// # Safety
-    ///
-    /// As `tile_rows`, with `KIND` the panels' kind.
-    #[inline(always)]
-    unsafe fn tile_kind<const KIND: u8>(
-        pair: (&Panel<'_>, &Panel<'_>),
-        act: &QuantizedRows,
-        row0: usize,
-        n: usize,
-        oa: &mut [f32],
-        ob: &mut [f32],
-        prefetch: bool,
-    ) {
-        match n {
-            1 => tile_n::<1, KIND>(pair, act, row0, oa, ob, prefetch),
-            2 => tile_n::<2, KIND>(pair, act, row0, oa, ob, prefetch),
-            3 => tile_n::<3, KIND>(pair, act, row0, oa, ob, prefetch),
-            4 => tile_n::<4, KIND>(pair, act, row0, oa, ob, prefetch),
-            5 => tile_n::<5, KIND>(pair, act, row0, oa, ob, prefetch),
-            6 => tile_n::<6, KIND>(pair, act, row0, oa, ob, prefetch),
-            7 => tile_n::<7, KIND>(pair, act, row0, oa, ob, prefetch),
-            _ => tile_n::<8, KIND>(pair, act, row0, oa, ob, prefetch),
+        match (a.kind, n) {
+            (QuantKind::Nibble, 1) => tile_n::<1, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Nibble, 2) => tile_n::<2, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Nibble, 3) => tile_n::<3, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Nibble, 4) => tile_n::<4, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Nibble, 5) => tile_n::<5, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Nibble, 6) => tile_n::<6, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Nibble, 7) => tile_n::<7, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Nibble, _) => tile_n::<8, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Unsigned, 1) => tile_n::<1, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Unsigned, 2) => tile_n::<2, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Unsigned, 3) => tile_n::<3, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Unsigned, 4) => tile_n::<4, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Unsigned, 5) => tile_n::<5, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Unsigned, 6) => tile_n::<6, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Unsigned, 7) => tile_n::<7, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Unsigned, _) => tile_n::<8, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Signed, 1) => tile_n::<1, SIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Signed, 2) => tile_n::<2, SIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Signed, 3) => tile_n::<3, SIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Signed, 4) => tile_n::<4, SIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Signed, 5) => tile_n::<5, SIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Signed, 6) => tile_n::<6, SIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Signed, 7) => tile_n::<7, SIGNED>((a, b), act, row0, oa, ob, prefetch),
+            (QuantKind::Signed, _) => tile_n::<8, SIGNED>((a, b), act, row0, oa, ob, prefetch),
         }
     }
 
