@@ -70,9 +70,10 @@ pub(crate) fn tile_pair(
             let n = (rows - r).min(TILE_ROWS);
             let (oa, ob) = (&mut out_a[r * PANEL..(r + n) * PANEL], &mut out_b[r * PANEL..(r + n) * PANEL]);
             // SAFETY: `available()` confirmed the features, `in_bounds` held for both panels
-            // (same kind, hence same block layout) over rows `row0 + r .. + n`. Only the first
-            // row tile prefetches: later ones find the pair's weights in L1.
-            unsafe { imp::tile_rows((a, b), act, row0 + r, n, oa, ob, r == 0) };
+            // (same kind, hence same block layout) over rows `row0 + r .. + n`. Only the tile
+            // of the batch's first row prefetches: callers go through the rows in order, and
+            // later tiles find the pair's weights in L1.
+            unsafe { imp::tile_rows((a, b), act, row0 + r, n, oa, ob, row0 + r == 0) };
             r += n;
         }
     }

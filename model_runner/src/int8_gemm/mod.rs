@@ -40,6 +40,9 @@ use thiserror::Error;
 pub const BLOCK: usize = 32;
 /// Output columns interleaved per panel: one f32x8 accumulator per row covers the panel.
 pub const PANEL: usize = 8;
+/// Rows computed per kernel call before their outputs are stored: one tile of the 512-bit
+/// kernel, two of the 256-bit ones.
+const WRITE_ROWS: usize = 8;
 /// Below this many multiply-adds a call runs on the calling thread: waking the pool costs
 /// more than the work (a batch-1 k/v projection is about 0.1M).
 const PARALLEL_FROM_MACS: usize = 1 << 19;
@@ -162,18 +165,19 @@ pub fn matmul_many_with(
     let run = |&(i, first_panel): &(usize, usize)| {
         let (weight, y) = (weights[i], targets[i]);
         let n = weight.out_features();
-        let mut tile = vec![0.0f32; rows * PANEL];
-        let mut pair = if kernel == Kernel::Zmm { vec![0.0f32; rows * PANEL] } else { Vec::new() };
-        let write = |p: usize, tile: &[f32]| {
+        let mut tile = [0.0f32; WRITE_ROWS * PANEL];
+        let mut pair = [0.0f32; WRITE_ROWS * PANEL];
+        let write = |p: usize, row0: usize, tile: &[f32]| {
             let cols = PANEL.min(n - p * PANEL);
             let (tile_rows, _) = tile.as_chunks::<PANEL>();
             for (r, values) in tile_rows.iter().enumerate() {
-                let at = y.at(r * n + p * PANEL);
+                let at = y.at((row0 + r) * n + p * PANEL);
                 // SAFETY: `y` points at a `rows * n` allocation (`outputs[i]`, untouched until
-                // every task is done), `r * n + p * PANEL + cols <= rows * n`, and panel `p` of
-                // weight `i` belongs to this task alone, so no two tasks write the same element.
-                // A full panel is one fixed-size move; a `cols`-long copy would be a `memcpy`
-                // call per row and panel (about 3% of a Qwen2.5 step, mostly the lm_head).
+                // every task is done), `(row0 + r) * n + p * PANEL + cols <= rows * n`, and
+                // panel `p` of weight `i` belongs to this task alone, so no two tasks write the
+                // same element. A full panel is one fixed-size move; a `cols`-long copy would
+                // be a `memcpy` call per row and panel (about 3% of a Qwen2.5 step, mostly the
+                // lm_head).
                 unsafe {
                     if cols == PANEL {
                         (at as *mut [f32; PANEL]).write_unaligned(*values);
@@ -186,23 +190,28 @@ pub fn matmul_many_with(
         let end = (first_panel + per_task).min(weight.num_panels());
         let mut p = first_panel;
         while p < end {
-            // The panels' weights stay in L1 while every row tile streams past them.
-            if kernel == Kernel::Zmm && p + 1 < end {
-                kernel_zmm::tile_pair(&weight.panel(p), &weight.panel(p + 1), &act, 0, rows, &mut tile, &mut pair);
-                write(p, &tile);
-                write(p + 1, &pair);
-                p += 2;
-                continue;
+            let two = kernel == Kernel::Zmm && p + 1 < end;
+            let (a, b) = (weight.panel(p), two.then(|| weight.panel(p + 1)));
+            // The panels' weights stay in L1 while every row tile streams past them. Each
+            // tile's rows are stored before the next tile is computed: the strided stores miss
+            // the cache, and a whole panel's worth at once (up to 128 of them) stalled the
+            // kernel on a full store queue (1.06x end to end on SmolLM2 at 64 sequences).
+            for row0 in (0..rows).step_by(WRITE_ROWS) {
+                let m = (rows - row0).min(WRITE_ROWS);
+                let (ta, tb) = (&mut tile[..m * PANEL], &mut pair[..m * PANEL]);
+                match (kernel, &b) {
+                    (Kernel::Zmm, Some(b)) => kernel_zmm::tile_pair(&a, b, &act, row0, m, ta, tb),
+                    (Kernel::Zmm, None) => kernel_vnni::tile(kernel_vnni::Isa::Avx512Vnni, &a, &act, row0, m, ta),
+                    (Kernel::Vnni(isa), _) => kernel_vnni::tile(isa, &a, &act, row0, m, ta),
+                    (Kernel::Avx2, _) => kernel_avx2::tile(&a, &act, row0, m, ta),
+                    (Kernel::Scalar, _) => kernel_scalar::tile(&a, &act, row0, m, ta),
+                }
+                write(p, row0, ta);
+                if b.is_some() {
+                    write(p + 1, row0, tb);
+                }
             }
-            let panel = weight.panel(p);
-            match kernel {
-                Kernel::Zmm => kernel_vnni::tile(kernel_vnni::Isa::Avx512Vnni, &panel, &act, 0, rows, &mut tile),
-                Kernel::Vnni(isa) => kernel_vnni::tile(isa, &panel, &act, 0, rows, &mut tile),
-                Kernel::Avx2 => kernel_avx2::tile(&panel, &act, 0, rows, &mut tile),
-                Kernel::Scalar => kernel_scalar::tile(&panel, &act, 0, rows, &mut tile),
-            }
-            write(p, &tile);
-            p += 1;
+            p += if two { 2 } else { 1 };
         }
     };
     if threads == 1 {
