@@ -3,8 +3,8 @@
 //! Each 32-element block of a row gets its own scale `d = max|x| / 127` and quants
 //! `round(x / d)` in `-127..=127` (never -128, which keeps the sign trick of the Q8_0 kernel
 //! exact), plus `s = d * sum(q)`, which the Q4_1-style weights need for their min term, and
-//! `sum(q)` itself, which the VNNI kernels take off a signed block's dot product after
-//! running its weights biased by 128 as unsigned bytes.
+//! `-128 * sum(q)`, from which the VNNI kernels start a signed block's dot product when they
+//! run its weights biased by 128 as unsigned bytes.
 //! Every block depends only on its own 32 values, so a row quantizes the same in any batch.
 
 use rayon::prelude::*;
@@ -22,8 +22,10 @@ pub struct QuantizedRows {
     pub(crate) scales: Vec<f32>,
     /// `[rows][blocks]` `d * sum(q)` of each block.
     pub(crate) sums: Vec<f32>,
-    /// `[rows][blocks]` `sum(q)` of each block.
-    pub(crate) quant_sums: Vec<i32>,
+    /// `[rows][blocks]` `-128 * sum(q)` of each block: the dot product of signed weights
+    /// biased by +128 carries `128 * sum(q)` too many. Kept in memory ready to broadcast, so a
+    /// kernel starts its sums from it with a load instead of correcting them with arithmetic.
+    pub(crate) bias_offsets: Vec<i32>,
 }
 
 impl QuantizedRows {
@@ -45,31 +47,31 @@ pub fn quantize_rows(x: &[f32], rows: usize, in_features: usize) -> QuantizedRow
     let mut quants = vec![0i8; rows * in_features];
     let mut scales = vec![0.0f32; rows * blocks];
     let mut sums = vec![0.0f32; rows * blocks];
-    let mut quant_sums = vec![0i32; rows * blocks];
+    let mut bias_offsets = vec![0i32; rows * blocks];
     if x.len() < PARALLEL_FROM {
-        let outs = scales.iter_mut().zip(sums.iter_mut()).zip(quant_sums.iter_mut());
+        let outs = scales.iter_mut().zip(sums.iter_mut()).zip(bias_offsets.iter_mut());
         for ((xb, qb), ((d, s), q)) in x.chunks_exact(BLOCK).zip(quants.chunks_exact_mut(BLOCK)).zip(outs) {
             quantize_into(xb, qb, d, s, q);
         }
     } else {
         // A step's rows (up to the token budget) quantize on both cores rather than one while
         // the other waits for the matmul; blocks are independent, so the result is the same.
-        let outs = scales.par_iter_mut().zip(sums.par_iter_mut()).zip(quant_sums.par_iter_mut());
+        let outs = scales.par_iter_mut().zip(sums.par_iter_mut()).zip(bias_offsets.par_iter_mut());
         x.par_chunks_exact(BLOCK)
             .zip(quants.par_chunks_exact_mut(BLOCK))
             .zip(outs)
             .with_min_len(256)
             .for_each(|((xb, qb), ((d, s), q))| quantize_into(xb, qb, d, s, q));
     }
-    QuantizedRows { in_features, blocks, quants, scales, sums, quant_sums }
+    QuantizedRows { in_features, blocks, quants, scales, sums, bias_offsets }
 }
 
-/// One block into its quants, scale, `d * sum(q)` and `sum(q)`.
-fn quantize_into(xb: &[f32], qb: &mut [i8], d_out: &mut f32, s_out: &mut f32, q_out: &mut i32) {
+/// One block into its quants, scale, `d * sum(q)` and `-128 * sum(q)`.
+fn quantize_into(xb: &[f32], qb: &mut [i8], d_out: &mut f32, s_out: &mut f32, offset_out: &mut i32) {
     let (d, sum) = simd::quantize_block(xb, qb);
     *d_out = d;
     *s_out = d * sum as f32;
-    *q_out = sum;
+    *offset_out = -128 * sum;
 }
 
 /// One block: returns its scale and the sum of its quants. Rounding is half away from zero
@@ -187,7 +189,7 @@ mod tests {
             let mut q = [0i8; BLOCK];
             let (d, sum) = quantize_block(xb, &mut q);
             assert_eq!(act.quants[b * BLOCK..(b + 1) * BLOCK], q, "block {b}");
-            assert_eq!((act.scales[b].to_bits(), act.quant_sums[b]), (d.to_bits(), sum), "block {b}");
+            assert_eq!((act.scales[b].to_bits(), act.bias_offsets[b]), (d.to_bits(), -128 * sum), "block {b}");
             assert_eq!(act.sums[b].to_bits(), (d * sum as f32).to_bits(), "block {b}");
         }
     }

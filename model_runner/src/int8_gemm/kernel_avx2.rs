@@ -69,7 +69,7 @@ pub(super) fn in_bounds(panel: &Panel<'_>, act: &QuantizedRows, row0: usize, row
         && row0 + rows <= act.rows()
         && act.scales.len() >= (row0 + rows) * nb
         && act.sums.len() >= (row0 + rows) * nb
-        && act.quant_sums.len() >= (row0 + rows) * nb
+        && act.bias_offsets.len() >= (row0 + rows) * nb
         && out.len() >= rows * PANEL
 }
 
@@ -101,7 +101,7 @@ mod imp {
         unsafe fn dots<const R: usize, const KIND: u8>(
             wb: *const u8,
             x: impl Fn(usize) -> *const i8,
-            _: impl Fn(usize) -> i32,
+            _: impl Fn(usize) -> *const i32,
         ) -> [__m256i; R] {
             let ones = _mm256_set1_epi16(1);
             let mut dots = [_mm256_setzero_si256(); R];

@@ -99,9 +99,16 @@ macro_rules! vnni_kernel {
                 unsafe fn dots<const R: usize, const KIND: u8>(
                     wb: *const u8,
                     x: impl Fn(usize) -> *const i8,
-                    quant_sum: impl Fn(usize) -> i32,
+                    bias_offset: impl Fn(usize) -> *const i32,
                 ) -> [__m256i; R] {
                     let mut dots = [_mm256_setzero_si256(); R];
+                    if KIND == SIGNED {
+                        // The weights run biased by 128 (below): the sums start from the
+                        // `-128 * sum(x)` that takes the bias off again.
+                        for r in 0..R {
+                            dots[r] = _mm256_set1_epi32(*bias_offset(r));
+                        }
+                    }
                     if KIND == NIBBLE {
                         let low_nibbles = _mm256_set1_epi8(0x0F);
                         for h in 0..4 {
@@ -122,8 +129,8 @@ macro_rules! vnni_kernel {
                         }
                     } else if KIND == SIGNED {
                         // `vpdpbusd` takes u8 x i8: w + 128 (w with its sign bit flipped) as
-                        // u8, then the 128 x sum(x) that adds is taken off: the same integer,
-                        // one instruction per row and group instead of two.
+                        // u8, from sums that start at -128 x sum(x): the same integer, one
+                        // instruction per row and group instead of two.
                         let bias = _mm256_set1_epi8(i8::MIN);
                         for g in 0..8 {
                             let w = _mm256_loadu_si256(wb.add(g * BLOCK) as *const __m256i);
@@ -131,9 +138,6 @@ macro_rules! vnni_kernel {
                             for r in 0..R {
                                 dots[r] = $dpbusd(dots[r], wu, group(x(r), g));
                             }
-                        }
-                        for r in 0..R {
-                            dots[r] = _mm256_sub_epi32(dots[r], _mm256_set1_epi32(128 * quant_sum(r)));
                         }
                     }
                     dots

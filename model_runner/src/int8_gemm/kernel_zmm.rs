@@ -173,7 +173,7 @@ mod imp {
         let xq = act.quants.as_ptr().add(row0 * k);
         let xs = act.scales.as_ptr().add(row0 * nb);
         let sums = act.sums.as_ptr().add(row0 * nb);
-        let quant_sums = act.quant_sums.as_ptr().add(row0 * nb);
+        let offsets = act.bias_offsets.as_ptr().add(row0 * nb);
         let low_nibbles = _mm512_set1_epi8(0x0F);
         let mut acc = [_mm512_setzero_ps(); R];
         for blk in 0..nb {
@@ -197,6 +197,13 @@ mod imp {
                 }
             }
             let mut dots = [_mm512_setzero_si512(); R];
+            if KIND == SIGNED {
+                // The weights run biased by 128 (below): the sums start from the `-128 *
+                // sum(x)` that takes the bias off again, a broadcast load rather than arithmetic.
+                for r in 0..R {
+                    dots[r] = _mm512_set1_epi32(*offsets.add(r * nb + blk));
+                }
+            }
             if KIND == NIBBLE {
                 for h in 0..4 {
                     let pair = join_i(wa.add(h * BLOCK), wb.add(h * BLOCK));
@@ -215,18 +222,15 @@ mod imp {
                     }
                 }
             } else if KIND == SIGNED {
-                // `vpdpbusd` takes u8 x i8: w + 128 (w with its sign bit flipped) as u8, then
-                // the 128 x sum(x) that adds is taken off: the same integer, one instruction
-                // per row and group instead of two.
+                // `vpdpbusd` takes u8 x i8: w + 128 (w with its sign bit flipped) as u8: the
+                // same integer as the signed product, one instruction per row and group
+                // instead of two.
                 let bias = _mm512_set1_epi8(i8::MIN);
                 for g in 0..8 {
                     let wu = _mm512_xor_si512(join_i(wa.add(g * BLOCK), wb.add(g * BLOCK)), bias);
                     for r in 0..R {
                         dots[r] = _mm512_dpbusd_epi32(dots[r], wu, group(x(r), g));
                     }
-                }
-                for r in 0..R {
-                    dots[r] = _mm512_sub_epi32(dots[r], _mm512_set1_epi32(128 * *quant_sums.add(r * nb + blk)));
                 }
             }
             let dw = join_f(a.scales.as_ptr().add(blk * PANEL), b.scales.as_ptr().add(blk * PANEL));

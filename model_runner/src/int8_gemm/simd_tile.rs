@@ -21,17 +21,17 @@ pub(super) const SIGNED: u8 = 2;
 /// One kernel's integer part: a block's dot products of `R` rows against the panel.
 pub(super) trait BlockDot {
     /// Row `r`'s exact integer dot product with each of the panel's 8 columns over block `wb`
-    /// (`KIND`'s layout), the row's block of 32 i8 activations starting at `x(r)`, whose sum
-    /// is `quant_sum(r)`.
+    /// (`KIND`'s layout), the row's block of 32 i8 activations starting at `x(r)`, whose
+    /// `-128 * sum` is `bias_offset(r)`.
     ///
     /// # Safety
     ///
     /// The CPU has the kernel's features; `wb` holds one packed block of `KIND` and each
-    /// `x(r)` for `r < R` 32 readable bytes.
+    /// `x(r)` for `r < R` 32 readable bytes and each `bias_offset(r)` a readable `i32`.
     unsafe fn dots<const R: usize, const KIND: u8>(
         wb: *const u8,
         x: impl Fn(usize) -> *const i8,
-        quant_sum: impl Fn(usize) -> i32,
+        bias_offset: impl Fn(usize) -> *const i32,
     ) -> [__m256i; R];
 }
 
@@ -92,12 +92,12 @@ unsafe fn tile_n<D: BlockDot, const R: usize, const KIND: u8>(
     let xq = act.quants.as_ptr().add(row0 * k);
     let xs = act.scales.as_ptr().add(row0 * nb);
     let sums = act.sums.as_ptr().add(row0 * nb);
-    let quant_sums = act.quant_sums.as_ptr().add(row0 * nb);
+    let offsets = act.bias_offsets.as_ptr().add(row0 * nb);
     let wq = panel.quants.as_ptr();
     let mut acc = [_mm256_setzero_ps(); R];
     for b in 0..nb {
         let dots =
-            D::dots::<R, KIND>(wq.add(b * block_bytes), |r| xq.add(r * k + b * BLOCK), |r| *quant_sums.add(r * nb + b));
+            D::dots::<R, KIND>(wq.add(b * block_bytes), |r| xq.add(r * k + b * BLOCK), |r| offsets.add(r * nb + b));
         let dw = _mm256_loadu_ps(panel.scales.as_ptr().add(b * PANEL));
         for r in 0..R {
             let scale = _mm256_mul_ps(dw, _mm256_set1_ps(*xs.add(r * nb + b)));
