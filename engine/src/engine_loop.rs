@@ -211,6 +211,7 @@ impl EngineLoop {
                 Err(e) => self.finish_request(id, FinishReason::Error, Some(e)),
             }
         }
+        self.runner.recycle(output);
         self.metrics.steps.fetch_add(1, Ordering::Relaxed);
         self.metrics.step_duration.observe(started.elapsed().as_secs_f64());
     }

@@ -137,7 +137,19 @@ impl Model {
         &self.embedding
     }
 
+    /// One step over `batch`.
     pub fn forward(&self, batch: &ForwardBatch, cache: &mut KvCache) -> Result<ForwardOutput> {
+        self.forward_into(batch, cache, Vec::new())
+    }
+
+    /// `forward`, with the logits written into `logits_buffer`'s allocation (a previous
+    /// step's `ForwardOutput::logits`).
+    pub fn forward_into(
+        &self,
+        batch: &ForwardBatch,
+        cache: &mut KvCache,
+        logits_buffer: Vec<f32>,
+    ) -> Result<ForwardOutput> {
         batch.validate(self.config.vocab_size, cache.num_slots(), cache.block_size())?;
         if let Some(&p) = batch.positions.iter().find(|&&p| p as usize >= self.rope.max_positions()) {
             return Err(ModelError::InvalidBatch(format!(
@@ -190,7 +202,7 @@ impl Model {
         } else {
             let h = ops::gather_rows(&x, hidden, batch.logits_rows.iter().copied())?;
             let h = ops::rms_norm(&h, &self.final_norm, eps);
-            self.lm_head.forward(&h, batch.logits_rows.len())?
+            self.lm_head.forward_into(&h, batch.logits_rows.len(), logits_buffer)?
         };
         Ok(ForwardOutput { logits, vocab_size: cfg.vocab_size, attn_metrics })
     }

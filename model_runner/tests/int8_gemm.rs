@@ -4,7 +4,7 @@
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use entrobatch_model_runner::int8_gemm::{
-    auto_kernel_name, matmul, matmul_many, matmul_with, Backend, Int8GemmError, PackedWeight,
+    auto_kernel_name, matmul, matmul_into, matmul_many, matmul_with, Backend, Int8GemmError, PackedWeight,
 };
 
 /// Deterministic pseudo-random values in [-1, 1) (xorshift), with occasional outliers so
@@ -218,4 +218,20 @@ fn fused_projections_match_separate_calls() {
     let narrow = PackedWeight::from_qtensor(&quantized(GgmlDType::Q4_1, 8, 64, 22)).unwrap().unwrap();
     let err = matmul_many(&[&weights[0], &narrow], &values(k, 23), 1).unwrap_err();
     assert_eq!(err, Int8GemmError::ShapeMismatch { rows: 1, cols: 64, got: k });
+}
+
+/// A reused output allocation (the engine hands each step's logits back for the next) gives
+/// the same bits as a fresh one, whether the old contents were longer, shorter, or garbage.
+#[test]
+fn a_reused_output_buffer_gives_fresh_results() {
+    let (n, k) = (70, 576);
+    let packed = PackedWeight::from_qtensor(&quantized(GgmlDType::Q8_0, n, k, 30)).unwrap().unwrap();
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    let mut buffer = vec![f32::NAN; 3 * n * 40];
+    for rows in [37, 1, 9, 64] {
+        let x = values(rows * k, 31 + rows as u64);
+        let fresh = matmul(&packed, &x, rows).unwrap();
+        buffer = matmul_into(&packed, &x, rows, Backend::Auto, buffer).unwrap();
+        assert_eq!(bits(&buffer), bits(&fresh), "{rows} rows");
+    }
 }

@@ -116,7 +116,20 @@ pub fn matmul(weight: &PackedWeight, x: &[f32], rows: usize) -> Result<Vec<f32>,
 }
 
 pub fn matmul_with(weight: &PackedWeight, x: &[f32], rows: usize, backend: Backend) -> Result<Vec<f32>, Int8GemmError> {
-    Ok(matmul_many_with(&[weight], x, rows, backend)?.pop().unwrap_or_default())
+    matmul_into(weight, x, rows, backend, Vec::new())
+}
+
+/// `matmul_with` into `out`'s allocation (its contents are replaced): a caller that keeps a
+/// large output across steps (the logits) spares the allocator a fresh mapping, and the kernel
+/// its page faults, every step.
+pub fn matmul_into(
+    weight: &PackedWeight,
+    x: &[f32],
+    rows: usize,
+    backend: Backend,
+    out: Vec<f32>,
+) -> Result<Vec<f32>, Int8GemmError> {
+    Ok(matmul_many_into(&[weight], x, rows, backend, vec![out])?.pop().unwrap_or_default())
 }
 
 /// `y_i = x W_i^T` for weights sharing one input (a layer's q/k/v, its gate/up): the rows are
@@ -132,6 +145,17 @@ pub fn matmul_many_with(
     rows: usize,
     backend: Backend,
 ) -> Result<Vec<Vec<f32>>, Int8GemmError> {
+    matmul_many_into(weights, x, rows, backend, weights.iter().map(|_| Vec::new()).collect())
+}
+
+/// `matmul_many_with` into the allocations of `outputs`, one per weight.
+fn matmul_many_into(
+    weights: &[&PackedWeight],
+    x: &[f32],
+    rows: usize,
+    backend: Backend,
+    mut outputs: Vec<Vec<f32>>,
+) -> Result<Vec<Vec<f32>>, Int8GemmError> {
     let Some(first) = weights.first() else { return Ok(Vec::new()) };
     let k = first.in_features();
     for w in weights {
@@ -146,7 +170,10 @@ pub fn matmul_many_with(
     // Left uninitialized: the tasks below write every element (every panel of every weight, all
     // rows), so zeroing first would only add a pass over the largest buffers of a step (the
     // lm_head's logits).
-    let mut outputs: Vec<Vec<f32>> = weights.iter().map(|w| Vec::with_capacity(rows * w.out_features())).collect();
+    for (y, w) in outputs.iter_mut().zip(weights) {
+        y.clear();
+        y.reserve(rows * w.out_features());
+    }
     let act = quantize_rows(x, rows, k);
     let kernel = Kernel::of(backend);
     let macs = rows * k * total_panels * PANEL;
