@@ -266,17 +266,11 @@ impl EngineLoop {
         let by_id: HashMap<RequestId, &SpanResult> =
             spans.iter().filter(|s| !s.logits_indices.is_empty()).map(|s| (s.seq_id, s)).collect();
         let scheduler = &self.scheduler;
-        let mut invalid = Vec::new();
         let mut work = Vec::new();
         for (id, state) in self.requests.iter_mut() {
             let (Some(span), Some(seq)) = (by_id.get(id), scheduler.get(*id)) else { continue };
             let RequestState { strategy, params, seed, constraint, .. } = state;
             let logits: Vec<&[f32]> = span.logits_indices.iter().map(|&i| output.row(i)).collect();
-            // Sampling from NaN/inf would emit arbitrary tokens: fail just this request.
-            if let Err(e) = check_logits_finite(&logits) {
-                invalid.push((*id, Err(e)));
-                continue;
-            }
             let input = StrategyInput {
                 logits,
                 attn_metrics: output.attn_metrics.get(span.span_index).copied().flatten(),
@@ -291,11 +285,14 @@ impl EngineLoop {
         }
         work.into_par_iter()
             .map(|(id, strategy, constraint, input)| {
+                // Sampling from NaN/inf would emit arbitrary tokens: fail just this request.
+                if let Err(e) = check_logits_finite(&input.logits) {
+                    return (id, Err(e));
+                }
                 let result = catch_unwind(AssertUnwindSafe(|| decide(strategy.as_mut(), constraint, input)))
                     .unwrap_or_else(|_| Err("decoding strategy panicked".to_string()));
                 (id, result)
             })
-            .chain(invalid)
             .collect()
     }
 
