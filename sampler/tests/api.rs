@@ -158,3 +158,31 @@ fn sample_filtered_uses_the_given_uniform_as_an_inverse_cdf() {
     let greedy = FilterConfig { temperature: 0.0, ..cfg };
     assert_eq!(sample_filtered(&logits, &greedy, 0.0), 1);
 }
+
+/// Vocabulary-sized rows (the scan goes chunk by chunk): greedy picks the first index of the
+/// maximum, wherever the ties fall across chunks, and a non-finite value anywhere is named by
+/// its own index. The reference is a plain scalar scan.
+#[test]
+fn long_rows_pick_the_first_maximum_and_name_the_bad_index() {
+    let p = SamplingParams::greedy();
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    for len in [255, 256, 257, 1000, 4099] {
+        for trial in 0..20 {
+            // Few distinct levels, so the maximum repeats in several chunks.
+            let logits: Vec<f32> = (0..len)
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    (s % 7) as f32 - 3.0
+                })
+                .collect();
+            let want = (0..len).fold(0, |best, i| if logits[i] > logits[best] { i } else { best });
+            assert_eq!(sample_one(row(&logits, &p)).map(|o| o.token_id), Ok(want as u32), "len {len}");
+            let bad = (s as usize) % len;
+            let mut broken = logits.clone();
+            broken[bad] = if trial % 3 == 0 { f32::NAN } else { f32::NEG_INFINITY };
+            assert_eq!(sample_one(row(&broken, &p)), Err(SamplerError::NonFiniteLogits { index: bad }), "len {len}");
+        }
+    }
+}
