@@ -21,6 +21,7 @@ pub mod ops;
 pub mod recommended_sampling;
 pub mod rope;
 pub mod runner;
+mod silu;
 pub mod softmax;
 
 pub use batch::{ForwardBatch, SeqSpan};

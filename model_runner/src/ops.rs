@@ -11,6 +11,7 @@ use candle_core::{DType, Tensor};
 use rayon::prelude::*;
 
 use crate::error::{ModelError, Result};
+use crate::silu::silu_mul_chunk;
 
 /// Below this many elements an elementwise or per-block operation (here, and the activation
 /// quantization of `int8_gemm`) runs on the calling thread.
@@ -35,14 +36,14 @@ pub fn rms_norm(x: &[f32], alpha: &[f32], eps: f32) -> Vec<f32> {
     out
 }
 
-/// `gate = silu(gate) * up`, elementwise (candle's `silu(gate) * up`).
+/// `gate = silu(gate) * up`, elementwise (candle's `silu(gate) * up`; the exponential in
+/// vector registers, `silu.rs`).
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    let apply = |(g, &u): (&mut f32, &f32)| *g = *g / (1.0 + (-*g).exp()) * u;
     if gate.len() < PARALLEL_FROM {
-        gate.iter_mut().zip(up).for_each(apply);
+        silu_mul_chunk(gate, up);
     } else {
         const CHUNK: usize = 4096;
-        gate.par_chunks_mut(CHUNK).zip(up.par_chunks(CHUNK)).for_each(|(g, u)| g.iter_mut().zip(u).for_each(apply));
+        gate.par_chunks_mut(CHUNK).zip(up.par_chunks(CHUNK)).for_each(|(g, u)| silu_mul_chunk(g, u));
     }
 }
 
