@@ -8,7 +8,7 @@
 //! lane, the operations are those of the ymm kernels (the block's exact integer dot product,
 //! then `simd_tile.rs`'s convert, scale multiply and fmas in block order), so the outputs are
 //! bit-identical to theirs and to `kernel_scalar.rs`. The signed kind runs its weights biased
-//! by 128 as unsigned bytes and subtracts 128 x the activations' block sum after.
+//! by 128 as unsigned bytes, from sums that start at -128 x the activations' block sum.
 //!
 //! A pair reads six streams (quants, scales and mins of two panels) where one panel reads
 //! three, and with two threads that was more than the hardware prefetcher followed: a weight

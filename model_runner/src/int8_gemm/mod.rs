@@ -7,7 +7,7 @@
 //! activation rows to int8 blocks (`activation.rs`, per row, like ggml's Q8_1), and the
 //! microkernel (`kernel_avx2.rs`, `kernel_vnni.rs` where the CPU has `vpdpbusd`, or
 //! `kernel_zmm.rs`, two panels per 512-bit register, where it has AVX-512 VNNI) reuses every
-//! weight load across a tile of 4 rows.
+//! weight load across a tile of rows (4 in the 256-bit kernels, 8 in the 512-bit one).
 //! Projections of one input (a layer's q/k/v, its gate/up) share one quantization and one
 //! parallel pass (`matmul_many`).
 //!
