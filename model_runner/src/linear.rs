@@ -95,9 +95,17 @@ impl Linear {
 
     /// `y = x W^T (+ b)` for `rows` rows of `x` (`[rows, in]`): returns `[rows, out]`.
     pub fn forward(&self, x: &[f32], rows: usize) -> Result<Vec<f32>> {
+        self.forward_into(x, rows, Vec::new())
+    }
+
+    /// `forward` into `out`'s allocation where the int8 kernel runs (elsewhere `out` is
+    /// dropped): the logits, the largest buffer of a step, then reuse one mapping step after
+    /// step instead of faulting in fresh pages (a few % of a Qwen2.5 decode step).
+    pub fn forward_into(&self, x: &[f32], rows: usize, out: Vec<f32>) -> Result<Vec<f32>> {
         if let Some(w) = self.int8.as_ref() {
-            let mut ys = Self::forward_int8(&[self], vec![w], x, rows)?;
-            return ys.pop().ok_or_else(|| ModelError::Unsupported("int8 matmul returned no output".into()));
+            let mut y = int8_gemm::matmul_into(w, x, rows, int8_gemm::Backend::Auto, out).map_err(int8_err)?;
+            self.add_bias(&mut y);
+            return Ok(y);
         }
         let xt = Tensor::from_slice(x, (rows, x.len() / rows.max(1)), &Device::Cpu)?;
         let y = match (&self.dense_t, &self.quantized) {
@@ -106,16 +114,6 @@ impl Linear {
             _ => return Err(ModelError::Unsupported("linear layer without a weight for this step".into())),
         };
         let mut y = y.flatten_all()?.to_vec1::<f32>()?;
-        self.add_bias(&mut y);
-        Ok(y)
-    }
-
-    /// `forward` into `out`'s allocation where the int8 kernel runs (elsewhere `out` is
-    /// dropped): the logits, the largest buffer of a step, then reuse one mapping step after
-    /// step instead of faulting in fresh pages (a few % of a Qwen2.5 decode step).
-    pub fn forward_into(&self, x: &[f32], rows: usize, out: Vec<f32>) -> Result<Vec<f32>> {
-        let Some(w) = self.int8.as_ref() else { return self.forward(x, rows) };
-        let mut y = int8_gemm::matmul_into(w, x, rows, int8_gemm::Backend::Auto, out).map_err(int8_err)?;
         self.add_bias(&mut y);
         Ok(y)
     }

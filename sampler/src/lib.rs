@@ -32,5 +32,5 @@ pub use logprobs::{log_softmax, logsumexp, top_logprobs};
 pub use params::{SamplingParams, MAX_LOGPROBS};
 pub use penalties::{apply_logit_bias, apply_penalties, needs_penalties};
 pub use rng::{hash_counter, uniform};
-pub use sampler::{sample_row, SampleInput, SampleOutput};
+pub use sampler::{first_non_finite, sample_row, SampleInput, SampleOutput};
 pub use token_mask::TokenMask;

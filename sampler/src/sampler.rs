@@ -65,25 +65,34 @@ fn scan_logits(logits: &[f32]) -> Result<RowScan, SamplerError> {
     if logits.is_empty() {
         return Err(SamplerError::EmptyLogits);
     }
-    // Branch-free folds over fixed chunks vectorize (a row is up to 152K values, 64 rows a
-    // step); the first chunk holding the maximum then gives the lowest index among ties, as a
-    // scalar scan with a strict `>` would.
-    const CHUNK: usize = 256;
+    if let Some(index) = first_non_finite(logits) {
+        return Err(SamplerError::NonFiniteLogits { index });
+    }
+    // Chunk maxima vectorize (a row is up to 152K values, 64 rows a step); the first chunk
+    // holding the maximum then gives the lowest index among ties, as a scalar scan with a
+    // strict `>` would.
     let (mut max, mut max_chunk) = (f32::NEG_INFINITY, 0);
-    for (c, chunk) in logits.chunks(CHUNK).enumerate() {
-        let finite = chunk.iter().fold(true, |finite, l| finite & l.is_finite());
-        if !finite {
-            let index = c * CHUNK + chunk.iter().position(|l| !l.is_finite()).unwrap_or(0);
-            return Err(SamplerError::NonFiniteLogits { index });
-        }
+    for (c, chunk) in logits.chunks(SCAN_CHUNK).enumerate() {
         let chunk_max = max_of(chunk);
         if chunk_max > max {
             (max, max_chunk) = (chunk_max, c);
         }
     }
-    let start = max_chunk * CHUNK;
+    let start = max_chunk * SCAN_CHUNK;
     let within = logits[start..].iter().position(|&l| l == max).unwrap_or(0);
     Ok(RowScan { max, argmax: (start + within) as u32 })
+}
+
+/// Values per chunk of the vectorized row scans.
+const SCAN_CHUNK: usize = 256;
+
+/// The index of the first NaN or infinity in `row`, if any: branch-free within each chunk so
+/// the pass vectorizes; the search for the culprit runs only in a bad chunk. The one check of
+/// logits, shared by `sample_row` and the engine's check of every strategy's rows.
+pub fn first_non_finite(row: &[f32]) -> Option<usize> {
+    let (c, chunk) =
+        row.chunks(SCAN_CHUNK).enumerate().find(|(_, chunk)| !chunk.iter().fold(true, |ok, v| ok & v.is_finite()))?;
+    chunk.iter().position(|v| !v.is_finite()).map(|i| c * SCAN_CHUNK + i)
 }
 
 /// The maximum of finite values, in 16 independent lanes (a single running maximum is a
