@@ -140,6 +140,26 @@ fn unsupported_formats_are_declined_not_misread() {
     assert!(PackedWeight::from_qtensor(&q).expect("no error").is_none());
 }
 
+/// The formats whose GGUF blocks carry f16 scales pack to their own size in memory (a
+/// 32-element block's quants, plus its scale and min in f16), which is what a batch-1 step
+/// streams; Q4_K's scales (an f16 times a 6-bit sub-block scale) and re-quantized Q6_K's keep f32.
+#[test]
+fn packed_weights_keep_f16_scales_where_exact() {
+    let (n, k) = (16, 512);
+    let blocks = n * k / 32;
+    for (dtype, block_bytes) in [
+        (GgmlDType::Q4_0, 16 + 2 + 2),
+        (GgmlDType::Q4_1, 16 + 2 + 2),
+        (GgmlDType::Q5_0, 32 + 2 + 2),
+        (GgmlDType::Q8_0, 32 + 2),
+        (GgmlDType::Q4K, 16 + 4 + 4),
+        (GgmlDType::Q6K, 32 + 4),
+    ] {
+        let packed = PackedWeight::from_qtensor(&quantized(dtype, n, k, 7)).unwrap().unwrap();
+        assert_eq!(packed.packed_bytes(), blocks * block_bytes, "{dtype:?}");
+    }
+}
+
 #[test]
 fn wrong_activation_length_is_an_error() {
     let packed = PackedWeight::from_qtensor(&quantized(GgmlDType::Q4_1, 8, 64, 2)).unwrap().unwrap();

@@ -24,7 +24,7 @@ pub(super) const TILE_ROWS: usize = 4;
 pub(crate) fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -39,7 +39,7 @@ pub(crate) fn tile(panel: &Panel<'_>, act: &QuantizedRows, row0: usize, rows: us
     }
     #[cfg(target_arch = "x86_64")]
     by_row_tiles(rows, out, |r, n, o| {
-        // SAFETY: `available()` confirmed AVX2 and FMA, and `in_bounds` bounds every pointer
+        // SAFETY: `available()` confirmed AVX2, FMA and F16C, and `in_bounds` bounds every pointer
         // offset the kernel forms (rows `row0 + r .. + n`, blocks `0..nb`, the panel's bytes).
         unsafe { imp::tile_rows(panel, act, row0 + r, n, o) }
     });
@@ -66,6 +66,7 @@ pub(super) fn in_bounds(panel: &Panel<'_>, act: &QuantizedRows, row0: usize, row
         && panel.quants.len() == nb * panel.kind.panel_block_bytes()
         && panel.scales.len() == nb * PANEL
         && (panel.kind == QuantKind::Signed || panel.mins.len() == nb * PANEL)
+        && (panel.mins.is_empty() || panel.mins.is_half() == panel.scales.is_half())
         && row0 + rows <= act.rows()
         && act.scales.len() >= (row0 + rows) * nb
         && act.sums.len() >= (row0 + rows) * nb
@@ -84,8 +85,9 @@ mod imp {
 
     /// # Safety
     ///
-    /// AVX2 and FMA, and the bounds checked by `in_bounds` for rows `row0..row0 + n`, `n <= 4`.
-    #[target_feature(enable = "avx2,fma")]
+    /// AVX2, FMA and F16C, and the bounds checked by `in_bounds` for rows `row0..row0 + n`,
+    /// `n <= 4`.
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn tile_rows(panel: &Panel<'_>, act: &QuantizedRows, row0: usize, n: usize, o: &mut [f32]) {
         simd_tile::tile_rows::<Maddubs>(panel, act, row0, n, o)
     }

@@ -20,10 +20,10 @@ pub(crate) fn tile(panel: &Panel<'_>, act: &QuantizedRows, row0: usize, rows: us
                 let at = b * PANEL + c;
                 let x = &act.quants[row * k + b * BLOCK..row * k + (b + 1) * BLOCK];
                 let dot: i32 = (0..BLOCK).map(|j| panel.quant(b, c, j) * x[j] as i32).sum();
-                let scale = panel.scales[at] * act.scales[row * nb + b];
+                let scale = panel.scales.get(at) * act.scales[row * nb + b];
                 acc = (dot as f32).mul_add(scale, acc);
                 if panel.kind != QuantKind::Signed {
-                    acc = act.sums[row * nb + b].mul_add(panel.mins[at], acc);
+                    acc = act.sums[row * nb + b].mul_add(panel.mins.get(at), acc);
                 }
             }
             out[r * PANEL + c] = acc;

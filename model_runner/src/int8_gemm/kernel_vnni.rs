@@ -50,7 +50,7 @@ pub(crate) fn tile(isa: Isa, panel: &Panel<'_>, act: &QuantizedRows, row0: usize
     }
     #[cfg(target_arch = "x86_64")]
     kernel_avx2::by_row_tiles(rows, out, |r, n, o| {
-        // SAFETY: `supports(isa)` confirmed AVX2, FMA and this `vpdpbusd` encoding, and
+        // SAFETY: `supports(isa)` confirmed AVX2, FMA, F16C and this `vpdpbusd` encoding, and
         // `in_bounds` bounds every pointer offset the kernel forms (rows `row0 + r .. + n`,
         // blocks `0..nb`, the panel's bytes).
         unsafe {
@@ -147,8 +147,8 @@ macro_rules! vnni_kernel {
     };
 }
 
-vnni_kernel!(avx_vnni, "avx2,fma,avxvnni", _mm256_dpbusd_avx_epi32);
-vnni_kernel!(avx512_vnni, "avx2,fma,avx512vnni,avx512vl", _mm256_dpbusd_epi32);
+vnni_kernel!(avx_vnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32);
+vnni_kernel!(avx512_vnni, "avx2,fma,f16c,avx512vnni,avx512vl", _mm256_dpbusd_epi32);
 
 #[cfg(test)]
 mod tests {
@@ -169,7 +169,8 @@ mod tests {
                 eprintln!("{isa:?}: not on this CPU, not tested");
                 continue;
             }
-            for dtype in [GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0] {
+            // Q4_K's scales stay f32, the others' are f16.
+            for dtype in [GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4K] {
                 let w = Tensor::from_vec(values(n * k), (n, k), &Device::Cpu).unwrap();
                 let packed = PackedWeight::from_qtensor(&QTensor::quantize(&w, dtype).unwrap()).unwrap().unwrap();
                 for rows in 1..=5 {

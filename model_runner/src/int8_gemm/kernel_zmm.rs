@@ -57,7 +57,8 @@ pub(crate) fn tile_pair(
 ) {
     let fits = kernel_avx2::in_bounds(a, act, row0, rows, out_a)
         && kernel_avx2::in_bounds(b, act, row0, rows, out_b)
-        && a.kind == b.kind;
+        && a.kind == b.kind
+        && a.scales.is_half() == b.scales.is_half();
     if !fits || !available() {
         kernel_scalar::tile(a, act, row0, rows, out_a);
         kernel_scalar::tile(b, act, row0, rows, out_b);
@@ -70,7 +71,7 @@ pub(crate) fn tile_pair(
             let n = (rows - r).min(TILE_ROWS);
             let (oa, ob) = (&mut out_a[r * PANEL..(r + n) * PANEL], &mut out_b[r * PANEL..(r + n) * PANEL]);
             // SAFETY: `available()` confirmed the features, `in_bounds` held for both panels
-            // (same kind, hence same block layout) over rows `row0 + r .. + n`. Only the tile
+            // (same kind and scale width, hence same layout) over rows `row0 + r .. + n`. Only the tile
             // of the batch's first row prefetches: callers go through the rows in order, and
             // later tiles find the pair's weights in L1.
             unsafe { imp::tile_rows((a, b), act, row0 + r, n, oa, ob, row0 + r == 0) };
@@ -84,6 +85,7 @@ mod imp {
     use std::arch::x86_64::*;
 
     use super::super::activation::QuantizedRows;
+    use super::super::factors::Factors;
     use super::super::pack::{Panel, QuantKind};
     use super::super::simd_tile::{NIBBLE, SIGNED, UNSIGNED};
     use super::super::{BLOCK, PANEL};
@@ -95,8 +97,8 @@ mod imp {
     /// # Safety
     ///
     /// The module's features; `kernel_avx2::in_bounds` holds for both panels over rows
-    /// `row0..row0 + n`, `n <= TILE_ROWS`, and both panels have the same kind.
-    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
+    /// `row0..row0 + n`, `n <= TILE_ROWS`, and both panels have the same kind and scale width.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
     pub(super) unsafe fn tile_rows(
         (a, b): (&Panel<'_>, &Panel<'_>),
         act: &QuantizedRows,
@@ -106,31 +108,37 @@ mod imp {
         ob: &mut [f32],
         prefetch: bool,
     ) {
-        match (a.kind, n) {
-            (QuantKind::Nibble, 1) => tile_n::<1, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Nibble, 2) => tile_n::<2, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Nibble, 3) => tile_n::<3, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Nibble, 4) => tile_n::<4, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Nibble, 5) => tile_n::<5, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Nibble, 6) => tile_n::<6, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Nibble, 7) => tile_n::<7, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Nibble, _) => tile_n::<8, NIBBLE>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Unsigned, 1) => tile_n::<1, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Unsigned, 2) => tile_n::<2, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Unsigned, 3) => tile_n::<3, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Unsigned, 4) => tile_n::<4, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Unsigned, 5) => tile_n::<5, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Unsigned, 6) => tile_n::<6, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Unsigned, 7) => tile_n::<7, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Unsigned, _) => tile_n::<8, UNSIGNED>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Signed, 1) => tile_n::<1, SIGNED>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Signed, 2) => tile_n::<2, SIGNED>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Signed, 3) => tile_n::<3, SIGNED>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Signed, 4) => tile_n::<4, SIGNED>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Signed, 5) => tile_n::<5, SIGNED>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Signed, 6) => tile_n::<6, SIGNED>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Signed, 7) => tile_n::<7, SIGNED>((a, b), act, row0, oa, ob, prefetch),
-            (QuantKind::Signed, _) => tile_n::<8, SIGNED>((a, b), act, row0, oa, ob, prefetch),
+        let pair = (a, b);
+        match (a.scales.is_half(), a.kind) {
+            (true, QuantKind::Nibble) => tile_height::<true, NIBBLE>(pair, act, row0, n, oa, ob, prefetch),
+            (true, QuantKind::Unsigned) => tile_height::<true, UNSIGNED>(pair, act, row0, n, oa, ob, prefetch),
+            (true, QuantKind::Signed) => tile_height::<true, SIGNED>(pair, act, row0, n, oa, ob, prefetch),
+            (false, QuantKind::Nibble) => tile_height::<false, NIBBLE>(pair, act, row0, n, oa, ob, prefetch),
+            (false, QuantKind::Unsigned) => tile_height::<false, UNSIGNED>(pair, act, row0, n, oa, ob, prefetch),
+            (false, QuantKind::Signed) => tile_height::<false, SIGNED>(pair, act, row0, n, oa, ob, prefetch),
+        }
+    }
+
+    /// `tile_rows` for one scale width and kind: `n` rows as a const.
+    #[inline(always)]
+    unsafe fn tile_height<const HALF: bool, const KIND: u8>(
+        (a, b): (&Panel<'_>, &Panel<'_>),
+        act: &QuantizedRows,
+        row0: usize,
+        n: usize,
+        oa: &mut [f32],
+        ob: &mut [f32],
+        prefetch: bool,
+    ) {
+        match n {
+            1 => tile_n::<HALF, 1, KIND>((a, b), act, row0, oa, ob, prefetch),
+            2 => tile_n::<HALF, 2, KIND>((a, b), act, row0, oa, ob, prefetch),
+            3 => tile_n::<HALF, 3, KIND>((a, b), act, row0, oa, ob, prefetch),
+            4 => tile_n::<HALF, 4, KIND>((a, b), act, row0, oa, ob, prefetch),
+            5 => tile_n::<HALF, 5, KIND>((a, b), act, row0, oa, ob, prefetch),
+            6 => tile_n::<HALF, 6, KIND>((a, b), act, row0, oa, ob, prefetch),
+            7 => tile_n::<HALF, 7, KIND>((a, b), act, row0, oa, ob, prefetch),
+            _ => tile_n::<HALF, 8, KIND>((a, b), act, row0, oa, ob, prefetch),
         }
     }
 
@@ -147,11 +155,19 @@ mod imp {
         _mm512_inserti64x4::<1>(low, _mm256_loadu_si256(hi as *const __m256i))
     }
 
-    /// The 8 floats at `lo` and at `hi` as one register, `lo` in the low half.
+    /// Values `i..i + 8` of `lo` and of `hi` as one f32 register, `lo`'s in the low half
+    /// (`HALF`: both hold f16).
     #[inline(always)]
-    unsafe fn join_f(lo: *const f32, hi: *const f32) -> __m512 {
-        let low = _mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(lo)));
-        _mm512_castpd_ps(_mm512_insertf64x4::<1>(low, _mm256_castps_pd(_mm256_loadu_ps(hi))))
+    unsafe fn join_factors<const HALF: bool>(lo: Factors<'_>, hi: Factors<'_>, i: usize) -> __m512 {
+        if HALF {
+            let low = _mm256_castsi128_si256(_mm_loadu_si128(lo.as_ptr().add(2 * i) as *const __m128i));
+            let both = _mm256_inserti128_si256::<1>(low, _mm_loadu_si128(hi.as_ptr().add(2 * i) as *const __m128i));
+            _mm512_cvtph_ps(both)
+        } else {
+            let (lo, hi) = ((lo.as_ptr() as *const f32).add(i), (hi.as_ptr() as *const f32).add(i));
+            let low = _mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(lo)));
+            _mm512_castpd_ps(_mm512_insertf64x4::<1>(low, _mm256_castps_pd(_mm256_loadu_ps(hi))))
+        }
     }
 
     /// # Safety
@@ -160,7 +176,7 @@ mod imp {
     // `r` selects the same row of `dots`, `acc` and the activations in lockstep.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    unsafe fn tile_n<const R: usize, const KIND: u8>(
+    unsafe fn tile_n<const HALF: bool, const R: usize, const KIND: u8>(
         (a, b): (&Panel<'_>, &Panel<'_>),
         act: &QuantizedRows,
         row0: usize,
@@ -188,7 +204,7 @@ mod imp {
                     _mm_prefetch::<_MM_HINT_T0>(wa.wrapping_add(ahead + line) as *const i8);
                     _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(ahead + line) as *const i8);
                 }
-                let s = (blk + PREFETCH_BLOCKS) * PANEL;
+                let s = (blk + PREFETCH_BLOCKS) * PANEL * if HALF { 2 } else { 4 };
                 _mm_prefetch::<_MM_HINT_T0>(a.scales.as_ptr().wrapping_add(s) as *const i8);
                 _mm_prefetch::<_MM_HINT_T0>(b.scales.as_ptr().wrapping_add(s) as *const i8);
                 if KIND != SIGNED {
@@ -233,13 +249,13 @@ mod imp {
                     }
                 }
             }
-            let dw = join_f(a.scales.as_ptr().add(blk * PANEL), b.scales.as_ptr().add(blk * PANEL));
+            let dw = join_factors::<HALF>(a.scales, b.scales, blk * PANEL);
             for r in 0..R {
                 let scale = _mm512_mul_ps(dw, _mm512_set1_ps(*xs.add(r * nb + blk)));
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[r]), scale, acc[r]);
             }
             if KIND != SIGNED {
-                let mins = join_f(a.mins.as_ptr().add(blk * PANEL), b.mins.as_ptr().add(blk * PANEL));
+                let mins = join_factors::<HALF>(a.mins, b.mins, blk * PANEL);
                 for r in 0..R {
                     acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(*sums.add(r * nb + blk)), mins, acc[r]);
                 }
@@ -272,7 +288,8 @@ mod tests {
         let (n, k) = (32, 256);
         let mut values = xorshift_values(0x9e37_79b9_7f4a_7c15);
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-        for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0] {
+        // Q4_K's scales stay f32, the others' are f16.
+        for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4K] {
             let w = Tensor::from_vec(values(n * k), (n, k), &Device::Cpu).unwrap();
             let packed = PackedWeight::from_qtensor(&QTensor::quantize(&w, dtype).unwrap()).unwrap().unwrap();
             for rows in 1..=9 {

@@ -3,8 +3,8 @@
 //! candle's quantized CPU matmul decodes every weight block again for each activation row, so a
 //! step of 64 rows costs almost 64 single rows. Here the weights are repacked once at load
 //! (`pack.rs`) into 8-column panels of integer quants whose vector lanes are the columns
-//! (4-bit formats two quants per byte), with per-32-block f32 scales; each step quantizes its
-//! activation rows to int8 blocks (`activation.rs`, per row, like ggml's Q8_1), and the
+//! (4-bit formats two quants per byte), with per-32-block scales (f16 where exact); each step
+//! quantizes its activation rows to int8 blocks (`activation.rs`, per row, like ggml's Q8_1), and the
 //! microkernel (`kernel_avx2.rs`, `kernel_vnni.rs` where the CPU has `vpdpbusd`, or
 //! `kernel_zmm.rs`, two panels per 512-bit register, where it has AVX-512 VNNI) reuses every
 //! weight load across a tile of rows (4 in the 256-bit kernels, 8 in the 512-bit one).
@@ -21,6 +21,7 @@
 //! the same order, so it is also bit-identical to the AVX2 and VNNI kernels.
 
 mod activation;
+mod factors;
 mod formats;
 mod kernel_avx2;
 mod kernel_scalar;

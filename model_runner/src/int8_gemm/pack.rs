@@ -7,13 +7,14 @@
 //! in lane `c`: the lanes are the columns, so no horizontal sums are needed. 4-bit quants
 //! (`Nibble`) share bytes between groups: vector `h` holds group `h` in its low nibbles and
 //! group `h + 4` in its high ones, which halves the bytes a decode step streams from memory.
-//! Scales and mins are `[panel][block][PANEL]` f32.
+//! Scales and mins are `[panel][block][PANEL]`, f16 where that is exact (`factors.rs`).
 //! The last panel is padded with zero columns (zero quants, scales and mins).
 
 use candle_core::quantized::QTensor;
 
 use candle_core::quantized::GgmlDType;
 
+use super::factors::{FactorVec, Factors};
 use super::formats::{decode, format_of};
 use super::{Int8GemmError, BLOCK, PANEL};
 
@@ -35,9 +36,9 @@ pub struct PackedWeight {
     in_features: usize,
     blocks: usize,
     quants: Vec<u8>,
-    scales: Vec<f32>,
+    scales: FactorVec,
     /// Empty for `Signed` weights, which have no min term.
-    mins: Vec<f32>,
+    mins: FactorVec,
 }
 
 /// One panel's slices, as the kernels read them.
@@ -47,9 +48,9 @@ pub(crate) struct Panel<'a> {
     /// `[blocks][8 groups][PANEL][4]` bytes, `[blocks][4][PANEL][4]` for `Nibble`.
     pub quants: &'a [u8],
     /// `[blocks][PANEL]`.
-    pub scales: &'a [f32],
-    /// `[blocks][PANEL]`, empty for `Signed`.
-    pub mins: &'a [f32],
+    pub scales: Factors<'a>,
+    /// `[blocks][PANEL]`, empty for `Signed`; the same width as `scales`.
+    pub mins: Factors<'a>,
 }
 
 impl PackedWeight {
@@ -132,6 +133,7 @@ impl PackedWeight {
                 }
             }
         }
+        let (scales, mins) = FactorVec::narrowest(scales, mins);
         Self { kind, out_features, in_features, blocks, quants, scales, mins }
     }
 
@@ -147,6 +149,11 @@ impl PackedWeight {
         self.in_features
     }
 
+    /// Bytes the packed weight holds (quants, scales and mins): what a batch-1 step streams.
+    pub fn packed_bytes(&self) -> usize {
+        self.quants.len() + self.scales.bytes() + self.mins.bytes()
+    }
+
     pub(crate) fn num_panels(&self) -> usize {
         self.out_features.div_ceil(PANEL)
     }
@@ -159,8 +166,8 @@ impl PackedWeight {
             kind: self.kind,
             blocks: self.blocks,
             quants: &self.quants[p * bytes..(p + 1) * bytes],
-            scales: &self.scales[s..e],
-            mins: if self.mins.is_empty() { &[] } else { &self.mins[s..e] },
+            scales: self.scales.slice(s, e),
+            mins: if self.mins.is_empty() { self.mins.all() } else { self.mins.slice(s, e) },
         }
     }
 
@@ -172,10 +179,10 @@ impl PackedWeight {
             let c = col % PANEL;
             for b in 0..self.blocks {
                 let at = b * PANEL + c;
-                let m = panel.mins.get(at).copied().unwrap_or(0.0);
+                let m = if panel.mins.is_empty() { 0.0 } else { panel.mins.get(at) };
                 for j in 0..BLOCK {
                     let q = panel.quant(b, c, j) as f32;
-                    w[col * self.in_features + b * BLOCK + j] = panel.scales[at] * q + m;
+                    w[col * self.in_features + b * BLOCK + j] = panel.scales.get(at) * q + m;
                 }
             }
         }

@@ -10,6 +10,7 @@
 use std::arch::x86_64::*;
 
 use super::activation::QuantizedRows;
+use super::factors::Factors;
 use super::pack::{Panel, QuantKind};
 use super::{BLOCK, PANEL};
 
@@ -46,11 +47,26 @@ pub(super) unsafe fn group(x: *const i8, g: usize) -> __m256i {
     _mm256_set1_epi32(std::ptr::read_unaligned(x.add(4 * g) as *const i32))
 }
 
+/// The 8 values from value `i` of `f` as f32 (`HALF`: `f` holds f16).
+///
+/// # Safety
+///
+/// F16C, AVX, and `f` holds at least `i + 8` values of the width `HALF` says.
+#[inline(always)]
+pub(super) unsafe fn factors8<const HALF: bool>(f: Factors<'_>, i: usize) -> __m256 {
+    if HALF {
+        _mm256_cvtph_ps(_mm_loadu_si128(f.as_ptr().add(2 * i) as *const __m128i))
+    } else {
+        _mm256_loadu_ps((f.as_ptr() as *const f32).add(i))
+    }
+}
+
 /// Rows `row0..row0 + n` (`n <= 4`) of the panel's output into `o`, `n` rows of `PANEL`.
 ///
 /// # Safety
 ///
-/// AVX2, FMA and `D`'s features, and the bounds `kernel_avx2::in_bounds` checks for those rows.
+/// AVX2, FMA, F16C and `D`'s features, and the bounds `kernel_avx2::in_bounds` checks for
+/// those rows.
 #[inline(always)]
 pub(super) unsafe fn tile_rows<D: BlockDot>(
     panel: &Panel<'_>,
@@ -59,19 +75,30 @@ pub(super) unsafe fn tile_rows<D: BlockDot>(
     n: usize,
     o: &mut [f32],
 ) {
-    match (panel.kind, n) {
-        (QuantKind::Nibble, 1) => tile_n::<D, 1, NIBBLE>(panel, act, row0, o),
-        (QuantKind::Nibble, 2) => tile_n::<D, 2, NIBBLE>(panel, act, row0, o),
-        (QuantKind::Nibble, 3) => tile_n::<D, 3, NIBBLE>(panel, act, row0, o),
-        (QuantKind::Nibble, _) => tile_n::<D, 4, NIBBLE>(panel, act, row0, o),
-        (QuantKind::Unsigned, 1) => tile_n::<D, 1, UNSIGNED>(panel, act, row0, o),
-        (QuantKind::Unsigned, 2) => tile_n::<D, 2, UNSIGNED>(panel, act, row0, o),
-        (QuantKind::Unsigned, 3) => tile_n::<D, 3, UNSIGNED>(panel, act, row0, o),
-        (QuantKind::Unsigned, _) => tile_n::<D, 4, UNSIGNED>(panel, act, row0, o),
-        (QuantKind::Signed, 1) => tile_n::<D, 1, SIGNED>(panel, act, row0, o),
-        (QuantKind::Signed, 2) => tile_n::<D, 2, SIGNED>(panel, act, row0, o),
-        (QuantKind::Signed, 3) => tile_n::<D, 3, SIGNED>(panel, act, row0, o),
-        (QuantKind::Signed, _) => tile_n::<D, 4, SIGNED>(panel, act, row0, o),
+    match (panel.scales.is_half(), panel.kind) {
+        (true, QuantKind::Nibble) => tile_height::<D, true, NIBBLE>(panel, act, row0, n, o),
+        (true, QuantKind::Unsigned) => tile_height::<D, true, UNSIGNED>(panel, act, row0, n, o),
+        (true, QuantKind::Signed) => tile_height::<D, true, SIGNED>(panel, act, row0, n, o),
+        (false, QuantKind::Nibble) => tile_height::<D, false, NIBBLE>(panel, act, row0, n, o),
+        (false, QuantKind::Unsigned) => tile_height::<D, false, UNSIGNED>(panel, act, row0, n, o),
+        (false, QuantKind::Signed) => tile_height::<D, false, SIGNED>(panel, act, row0, n, o),
+    }
+}
+
+/// `tile_rows` for one scale width and kind: `n` rows as a const.
+#[inline(always)]
+unsafe fn tile_height<D: BlockDot, const HALF: bool, const KIND: u8>(
+    panel: &Panel<'_>,
+    act: &QuantizedRows,
+    row0: usize,
+    n: usize,
+    o: &mut [f32],
+) {
+    match n {
+        1 => tile_n::<D, HALF, 1, KIND>(panel, act, row0, o),
+        2 => tile_n::<D, HALF, 2, KIND>(panel, act, row0, o),
+        3 => tile_n::<D, HALF, 3, KIND>(panel, act, row0, o),
+        _ => tile_n::<D, HALF, 4, KIND>(panel, act, row0, o),
     }
 }
 
@@ -81,7 +108,7 @@ pub(super) unsafe fn tile_rows<D: BlockDot>(
 // `r` selects the same row of `dots`, `acc` and the activations in lockstep.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-unsafe fn tile_n<D: BlockDot, const R: usize, const KIND: u8>(
+unsafe fn tile_n<D: BlockDot, const HALF: bool, const R: usize, const KIND: u8>(
     panel: &Panel<'_>,
     act: &QuantizedRows,
     row0: usize,
@@ -98,13 +125,13 @@ unsafe fn tile_n<D: BlockDot, const R: usize, const KIND: u8>(
     for b in 0..nb {
         let dots =
             D::dots::<R, KIND>(wq.add(b * block_bytes), |r| xq.add(r * k + b * BLOCK), |r| offsets.add(r * nb + b));
-        let dw = _mm256_loadu_ps(panel.scales.as_ptr().add(b * PANEL));
+        let dw = factors8::<HALF>(panel.scales, b * PANEL);
         for r in 0..R {
             let scale = _mm256_mul_ps(dw, _mm256_set1_ps(*xs.add(r * nb + b)));
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), scale, acc[r]);
         }
         if KIND != SIGNED {
-            let mins = _mm256_loadu_ps(panel.mins.as_ptr().add(b * PANEL));
+            let mins = factors8::<HALF>(panel.mins, b * PANEL);
             for r in 0..R {
                 acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(*sums.add(r * nb + b)), mins, acc[r]);
             }
