@@ -44,9 +44,11 @@ pub const PANEL: usize = 8;
 /// Rows computed per kernel call before their outputs are stored: one tile of the 512-bit
 /// kernel, two of the 256-bit ones.
 const WRITE_ROWS: usize = 8;
-/// Below this many multiply-adds a call runs on the calling thread: waking the pool costs
-/// more than the work (a batch-1 k/v projection is about 0.1M).
-const PARALLEL_FROM_MACS: usize = 1 << 19;
+/// Below this many multiply-adds (about 40 KB of 4-bit weights) a call runs on the calling
+/// thread. Even small projections gain from both cores: at batch 1, SmolLM2's o_proj (0.33M)
+/// split over the pool made decode 1.08-1.2x faster end to end than run on one thread, and
+/// splitting every projection down to none at all gained nothing more.
+const PARALLEL_FROM_MACS: usize = 1 << 16;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum Int8GemmError {
