@@ -1,3 +1,5 @@
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use crate::attention_simd::{self as simd, KvElem};
@@ -20,8 +22,11 @@ pub struct AttentionShape {
 /// `[rows, heads, head_dim]`. Keys before a span's `context_len` come from the cache through
 /// its block table; the span's own rows come from `step`, this step's K/V in the cache's value
 /// type (so a key reads the same whether or not it is already cached), so rows that are never
-/// persisted (slot -1) need no scratch slots. One rayon task per query row;
-/// the query heads that share a KV head are scored together so each key row is loaded once.
+/// persisted (slot -1) need no scratch slots. One rayon task per query row, or per run of a
+/// row's heads when the step has fewer rows than twice the pool's threads (a decode step of
+/// one sequence would otherwise leave every core but one idle); within a task, the query heads
+/// that share a KV head are scored together so each key row is loaded once. Each head's
+/// operations are the same whichever task computes it, so the split does not change a bit.
 ///
 /// Returns the attention output `[rows, heads, head_dim]` and, when `collect_metrics`, the
 /// attention metrics of the last row of every span that asks for them.
@@ -59,16 +64,40 @@ fn attend_all<T: KvElem>(
     for (s, span) in spans.iter().enumerate() {
         row_span[span.query_start..span.query_start + span.query_len].fill(s);
     }
+    let wants_metrics = |row: usize| {
+        let span = &spans[row_span[row]];
+        collect_metrics && span.want_attn_metrics && row + 1 == span.query_start + span.query_len
+    };
+    let heads_per_task = match (2 * rayon::current_num_threads()).div_ceil(rows.max(1)) {
+        0 | 1 => shape.num_heads,
+        runs => shape.num_heads.div_ceil(runs.min(shape.num_heads)),
+    };
+    // (row, first head, last head + 1); a row whose metrics are wanted stays whole, since
+    // they read every head's scores.
+    let tasks: Vec<(usize, usize, usize)> = (0..rows)
+        .flat_map(|row| {
+            let per_task = if wants_metrics(row) { shape.num_heads } else { heads_per_task };
+            (0..shape.num_heads).step_by(per_task).map(move |h| (row, h, (h + per_task).min(shape.num_heads)))
+        })
+        .collect();
     let mut out = vec![0f32; rows * q_row_len];
-    let metrics: Vec<(usize, AttnMetrics)> = out
-        .par_chunks_mut(q_row_len)
-        .enumerate()
-        .filter_map(|(row, out_row)| {
+    let mut rest = out.as_mut_slice();
+    let outs: Vec<&mut [f32]> = tasks
+        .iter()
+        .map(|&(_, h0, h1)| {
+            let (task_out, tail) = std::mem::take(&mut rest).split_at_mut((h1 - h0) * shape.head_dim);
+            rest = tail;
+            task_out
+        })
+        .collect();
+    let metrics: Vec<(usize, AttnMetrics)> = tasks
+        .par_iter()
+        .zip(outs)
+        .filter_map(|(&(row, h0, h1), out_heads)| {
             let span = &spans[row_span[row]];
-            let is_last = row + 1 == span.query_start + span.query_len;
-            let want = collect_metrics && span.want_attn_metrics && is_last;
             let q_row = &q[row * q_row_len..(row + 1) * q_row_len];
-            attend_row(shape, q_row, step, cache, span, row, out_row, want).map(|m| (row_span[row], m))
+            attend_row(shape, q_row, step, cache, span, row, h0..h1, out_heads, wants_metrics(row))
+                .map(|m| (row_span[row], m))
         })
         .collect();
     let mut per_span = vec![None; spans.len()];
@@ -78,6 +107,8 @@ fn attend_all<T: KvElem>(
     (out, per_span)
 }
 
+/// Heads `heads` of one query row into `out_heads` (those heads' `head_dim` values each);
+/// metrics, when wanted, need `heads` to be all of them.
 #[allow(clippy::too_many_arguments)]
 fn attend_row<T: KvElem>(
     shape: AttentionShape,
@@ -86,7 +117,8 @@ fn attend_row<T: KvElem>(
     cache: KvPair<'_, T>,
     span: &SeqSpan,
     row: usize,
-    out_row: &mut [f32],
+    heads: Range<usize>,
+    out_heads: &mut [f32],
     want_metrics: bool,
 ) -> Option<AttnMetrics> {
     let AttentionShape { num_heads, num_kv_heads, head_dim, block_size } = shape;
@@ -110,8 +142,9 @@ fn attend_row<T: KvElem>(
         })
         .collect();
     let vectorized = head_dim % 8 == 0 && simd::available();
-    // scores[h * num_keys + j]
-    let mut scores = vec![0f32; num_heads * num_keys];
+    // scores[(h - h0) * num_keys + j]
+    let h0 = heads.start;
+    let mut scores = vec![0f32; heads.len() * num_keys];
     let mut j0 = 0;
     if vectorized {
         while j0 < num_keys {
@@ -124,33 +157,35 @@ fn attend_row<T: KvElem>(
             // same bits as in a full block (and as the scalar `dot`'s).
             let n = (num_keys - j0).min(8);
             let keys: [&[T]; 8] = std::array::from_fn(|j| rows[j0 + j.min(n - 1)].0);
-            for h in 0..num_heads {
+            for h in heads.clone() {
                 let q = &q_row[h * head_dim..(h + 1) * head_dim];
                 let mut out = [0f32; 8];
                 // SAFETY: `available()` checked; `q` holds `head_dim` values (a multiple of 8),
                 // every key row `(h / group + 1) * head_dim`, `out` eight.
                 unsafe { simd::dot8(q, &keys, h / group * head_dim, scale, &mut out) };
-                scores[h * num_keys + j0..h * num_keys + j0 + n].copy_from_slice(&out[..n]);
+                let at = (h - h0) * num_keys + j0;
+                scores[at..at + n].copy_from_slice(&out[..n]);
             }
             j0 += n;
         }
     }
     let mut k = vec![0f32; if j0 < num_keys { head_dim } else { 0 }];
     for (j, &(k_row, _)) in rows.iter().enumerate().skip(j0) {
-        for h in 0..num_heads {
+        for h in heads.clone() {
             let g = h / group;
             k.iter_mut().zip(&k_row[g * head_dim..]).for_each(|(d, s)| *d = s.to_f32());
-            scores[h * num_keys + j] = dot(&q_row[h * head_dim..(h + 1) * head_dim], &k) * scale;
+            scores[(h - h0) * num_keys + j] = dot(&q_row[h * head_dim..(h + 1) * head_dim], &k) * scale;
         }
     }
-    let metrics = want_metrics.then(|| attention_metrics_padded(&scores, num_heads, num_keys, span.attn_pad_to));
-    for h in 0..num_heads {
-        softmax_in_place(&mut scores[h * num_keys..(h + 1) * num_keys]);
+    let metrics = (want_metrics && heads.len() == num_heads)
+        .then(|| attention_metrics_padded(&scores, num_heads, num_keys, span.attn_pad_to));
+    for probs in scores.chunks_exact_mut(num_keys) {
+        softmax_in_place(probs);
     }
-    for h in 0..num_heads {
+    for h in heads.clone() {
         let at = h / group * head_dim;
-        let probs = &scores[h * num_keys..(h + 1) * num_keys];
-        let out = &mut out_row[h * head_dim..(h + 1) * head_dim];
+        let probs = &scores[(h - h0) * num_keys..(h - h0 + 1) * num_keys];
+        let out = &mut out_heads[(h - h0) * head_dim..(h - h0 + 1) * head_dim];
         if vectorized {
             // SAFETY: `available()` checked; `out` holds `head_dim` (a multiple of 8) values
             // and every value row `at + head_dim`.
