@@ -140,9 +140,10 @@ fn unsupported_formats_are_declined_not_misread() {
     assert!(PackedWeight::from_qtensor(&q).expect("no error").is_none());
 }
 
-/// The formats whose GGUF blocks carry f16 scales pack to their own size in memory (a
-/// 32-element block's quants, plus its scale and min in f16), which is what a batch-1 step
-/// streams; Q4_K's scales (an f16 times a 6-bit sub-block scale) and re-quantized Q6_K's keep f32.
+/// Packed weights are as compact as the GGUF's blocks, which is what a batch-1 step streams: a
+/// 32-element block's quants at their own width (Q5_0's fifth bits apart from its nibbles),
+/// plus its scale and min in f16 where the GGUF has them in f16; Q4_K's scales (an f16 times a
+/// 6-bit sub-block scale) and re-quantized Q6_K's keep f32.
 #[test]
 fn packed_weights_keep_f16_scales_where_exact() {
     let (n, k) = (16, 512);
@@ -150,7 +151,8 @@ fn packed_weights_keep_f16_scales_where_exact() {
     for (dtype, block_bytes) in [
         (GgmlDType::Q4_0, 16 + 2 + 2),
         (GgmlDType::Q4_1, 16 + 2 + 2),
-        (GgmlDType::Q5_0, 32 + 2 + 2),
+        (GgmlDType::Q5_0, 16 + 4 + 2 + 2),
+        (GgmlDType::Q5_1, 16 + 4 + 2 + 2),
         (GgmlDType::Q8_0, 32 + 2),
         (GgmlDType::Q4K, 16 + 4 + 4),
         (GgmlDType::Q6K, 32 + 4),

@@ -126,7 +126,7 @@ mod imp {
                 for half in 0..2 {
                     let mut s16 = [_mm256_setzero_si256(); R];
                     for g in 4 * half..4 * half + 4 {
-                        let w = _mm256_loadu_si256(wb.add(g * BLOCK) as *const __m256i);
+                        let w = simd_tile::five_bit_group(wb, g);
                         for r in 0..R {
                             s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(w, group(x(r), g)));
                         }

@@ -122,7 +122,7 @@ macro_rules! vnni_kernel {
                         }
                     } else if KIND == UNSIGNED {
                         for g in 0..8 {
-                            let w = _mm256_loadu_si256(wb.add(g * BLOCK) as *const __m256i);
+                            let w = simd_tile::five_bit_group(wb, g);
                             for r in 0..R {
                                 dots[r] = $dpbusd(dots[r], w, group(x(r), g));
                             }

@@ -86,7 +86,7 @@ mod imp {
 
     use super::super::activation::QuantizedRows;
     use super::super::factors::Factors;
-    use super::super::pack::{Panel, QuantKind};
+    use super::super::pack::{Panel, QuantKind, NIBBLE_BYTES};
     use super::super::simd_tile::{NIBBLE, SIGNED, UNSIGNED};
     use super::super::{BLOCK, PANEL};
 
@@ -231,10 +231,22 @@ mod imp {
                     }
                 }
             } else if KIND == UNSIGNED {
-                for g in 0..8 {
-                    let w = join_i(wa.add(g * BLOCK), wb.add(g * BLOCK));
+                // `Nibble`'s unpacking, then 16 added to the bytes whose fifth bit is set: the
+                // two panels' plane words for the group make one 64-bit byte mask.
+                let sixteen = _mm512_set1_epi8(16);
+                let fifth = |g: usize| {
+                    let word = |w: *const u8| std::ptr::read_unaligned(w.add(NIBBLE_BYTES + 4 * g) as *const u32);
+                    word(wa) as u64 | (word(wb) as u64) << 32
+                };
+                for h in 0..4 {
+                    let pair = join_i(wa.add(h * BLOCK), wb.add(h * BLOCK));
+                    let lo = _mm512_and_si512(pair, low_nibbles);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(pair), low_nibbles);
+                    let lo = _mm512_mask_add_epi8(lo, fifth(h), lo, sixteen);
+                    let hi = _mm512_mask_add_epi8(hi, fifth(h + 4), hi, sixteen);
                     for r in 0..R {
-                        dots[r] = _mm512_dpbusd_epi32(dots[r], w, group(x(r), g));
+                        dots[r] = _mm512_dpbusd_epi32(dots[r], lo, group(x(r), h));
+                        dots[r] = _mm512_dpbusd_epi32(dots[r], hi, group(x(r), h + 4));
                     }
                 }
             } else if KIND == SIGNED {

@@ -7,6 +7,9 @@
 //! in lane `c`: the lanes are the columns, so no horizontal sums are needed. 4-bit quants
 //! (`Nibble`) share bytes between groups: vector `h` holds group `h` in its low nibbles and
 //! group `h + 4` in its high ones, which halves the bytes a decode step streams from memory.
+//! 5-bit quants (`Unsigned`) are laid out as nibbles, followed by a plane of their fifth bits:
+//! one 32-bit word per group whose bit `i` belongs to byte `i` of the group's vector, so a
+//! block takes 160 bytes rather than 256 (Qwen2.5's q/k/v/o/gate/up are Q5_0).
 //! Scales and mins are `[panel][block][PANEL]`, f16 where that is exact (`factors.rs`).
 //! The last panel is padded with zero columns (zero quants, scales and mins).
 
@@ -21,7 +24,7 @@ use super::{Int8GemmError, BLOCK, PANEL};
 /// How quants are interpreted by the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QuantKind {
-    /// `w = d * q + m`, `q` in `0..=31` (Q5_0, Q5_1).
+    /// `w = d * q + m`, `q` in `0..=31` (Q5_0, Q5_1): `Nibble`'s layout plus a fifth-bit plane.
     Unsigned,
     /// `w = d * q + m`, `q` in `0..=15`, two columns per byte (Q4_0, Q4_1, Q4_K).
     Nibble,
@@ -124,8 +127,7 @@ impl PackedWeight {
                 let at = (p * blocks + b) * PANEL + c;
                 let bytes = (p * blocks + b) * block_bytes;
                 for (j, &v) in q.iter().enumerate() {
-                    let (at_byte, shift) = kind.quant_position(c, j);
-                    quants[bytes + at_byte] |= (v & kind.quant_mask()) << shift;
+                    kind.put(&mut quants[bytes..bytes + block_bytes], c, j, v);
                 }
                 scales[at] = d;
                 if let Some(slot) = mins.get_mut(at) {
@@ -194,40 +196,66 @@ impl QuantKind {
     /// Bytes one block of a panel's quants takes.
     pub(crate) fn panel_block_bytes(self) -> usize {
         match self {
-            QuantKind::Nibble => PANEL * BLOCK / 2,
-            QuantKind::Unsigned | QuantKind::Signed => PANEL * BLOCK,
+            QuantKind::Nibble => NIBBLE_BYTES,
+            QuantKind::Unsigned => NIBBLE_BYTES + PANEL * BLOCK / 8,
+            QuantKind::Signed => PANEL * BLOCK,
         }
     }
 
-    /// Where quant `j` of column `c` sits in its block's bytes: (byte, bit shift).
-    #[inline(always)]
-    pub(crate) fn quant_position(self, c: usize, j: usize) -> (usize, u32) {
-        let (group, within) = (j / 4, j % 4);
+    /// Stores quant `j` of column `c` into its panel block's bytes (zeroed before).
+    fn put(self, block: &mut [u8], c: usize, j: usize, q: u8) {
+        let (byte, shift) = nibble_position(c, j);
         match self {
-            QuantKind::Nibble => ((group % 4) * BLOCK + c * 4 + within, 4 * (group / 4) as u32),
-            QuantKind::Unsigned | QuantKind::Signed => (group * BLOCK + c * 4 + within, 0),
+            QuantKind::Signed => block[(j / 4) * BLOCK + c * 4 + j % 4] = q,
+            QuantKind::Nibble => block[byte] |= (q & 0x0F) << shift,
+            QuantKind::Unsigned => {
+                block[byte] |= (q & 0x0F) << shift;
+                let (at, bit) = fifth_bit_position(c, j);
+                block[at] |= (q >> 4 & 1) << bit;
+            }
         }
     }
 
-    fn quant_mask(self) -> u8 {
-        if self == QuantKind::Nibble {
-            0x0F
-        } else {
-            0xFF
+    /// Quant `j` of column `c` from its panel block's bytes.
+    #[inline(always)]
+    fn get(self, block: &[u8], c: usize, j: usize) -> i32 {
+        let (byte, shift) = nibble_position(c, j);
+        match self {
+            QuantKind::Signed => block[(j / 4) * BLOCK + c * 4 + j % 4] as i8 as i32,
+            QuantKind::Nibble => (block[byte] >> shift & 0x0F) as i32,
+            QuantKind::Unsigned => {
+                let (at, bit) = fifth_bit_position(c, j);
+                ((block[byte] >> shift & 0x0F) | (block[at] >> bit & 1) << 4) as i32
+            }
         }
     }
+}
+
+/// The bytes of a panel block's nibbles (all of a `Nibble` block, the start of an `Unsigned` one).
+pub(crate) const NIBBLE_BYTES: usize = PANEL * BLOCK / 2;
+
+/// Where the low 4 bits of quant `j` of column `c` sit: (byte, bit shift). Group `g`'s byte for
+/// column `c` and input `j % 4` is byte `c * 4 + j % 4` of its 32-byte vector.
+#[inline(always)]
+fn nibble_position(c: usize, j: usize) -> (usize, u32) {
+    let group = j / 4;
+    ((group % 4) * BLOCK + c * 4 + j % 4, 4 * (group / 4) as u32)
+}
+
+/// Where the fifth bit of an `Unsigned` quant sits: group `g`'s 32-bit word after the nibbles,
+/// bit `c * 4 + j % 4` (the quant's byte in the group's vector), little-endian.
+#[inline(always)]
+fn fifth_bit_position(c: usize, j: usize) -> (usize, u32) {
+    let i = c * 4 + j % 4;
+    (NIBBLE_BYTES + (j / 4) * 4 + i / 8, (i % 8) as u32)
 }
 
 impl Panel<'_> {
     /// Quant `j` of block `b` in column `c` of the panel, as an integer.
     #[inline(always)]
     pub(crate) fn quant(&self, b: usize, c: usize, j: usize) -> i32 {
-        let (at, shift) = self.kind.quant_position(c, j);
-        let byte = self.quants[b * self.kind.panel_block_bytes() + at];
-        match self.kind {
-            QuantKind::Signed => byte as i8 as i32,
-            QuantKind::Unsigned | QuantKind::Nibble => (byte >> shift & self.kind.quant_mask()) as i32,
-        }
+        let bytes = self.kind.panel_block_bytes();
+        self.kind.get(&self.quants[b * bytes..(b + 1) * bytes], c, j)
     }
 }
 

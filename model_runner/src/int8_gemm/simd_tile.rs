@@ -11,7 +11,7 @@ use std::arch::x86_64::*;
 
 use super::activation::QuantizedRows;
 use super::factors::Factors;
-use super::pack::{Panel, QuantKind};
+use super::pack::{Panel, QuantKind, NIBBLE_BYTES};
 use super::{BLOCK, PANEL};
 
 /// `QuantKind` as a const generic (enums cannot be const parameters on stable Rust).
@@ -45,6 +45,29 @@ pub(super) trait BlockDot {
 #[inline(always)]
 pub(super) unsafe fn group(x: *const i8, g: usize) -> __m256i {
     _mm256_set1_epi32(std::ptr::read_unaligned(x.add(4 * g) as *const i32))
+}
+
+/// Group `g`'s 32 quants of an `Unsigned` panel block at `wb` (`pack.rs`): the nibbles of
+/// vector `g % 4` (its low ones for `g < 4`, else its high ones) plus 16 where the group's
+/// fifth-bit word has the byte's bit.
+///
+/// # Safety
+///
+/// AVX2, and `wb` one readable `Unsigned` panel block; `g < 8`.
+#[inline(always)]
+pub(super) unsafe fn five_bit_group(wb: *const u8, g: usize) -> __m256i {
+    let v = _mm256_loadu_si256(wb.add((g % 4) * BLOCK) as *const __m256i);
+    let v = if g < 4 { v } else { _mm256_srli_epi16::<4>(v) };
+    let nibbles = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+    let word = _mm256_set1_epi32(std::ptr::read_unaligned(wb.add(NIBBLE_BYTES + 4 * g) as *const i32));
+    // Byte `i` takes the word's byte `i / 8` (`vpshufb` indexes within each 128-bit lane, and
+    // every lane holds the whole word), then tests bit `i % 8` of it.
+    let spread = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(word, spread), bit), bit);
+    _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(16)))
 }
 
 /// The 8 values from value `i` of `f` as f32 (`HALF`: `f` holds f16).
