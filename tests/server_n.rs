@@ -131,3 +131,34 @@ fn n_and_prompt_lists_out_of_range_are_refused() {
     let ok = completion(&server, json!({ "prompt": "x", "n": 2, "best_of": 2, "max_tokens": 2 }));
     assert_eq!(ok["choices"].as_array().unwrap().len(), 2);
 }
+
+/// A structured output's copies share one compiled grammar, each forked at its start: every
+/// choice is valid against the schema (an independent JSON Schema validator) and is the
+/// output of a lone request with its seed.
+#[test]
+fn structured_copies_each_follow_the_schema_as_lone_requests_do() {
+    let server = TestServer::start(engine_config(smollm2_path()));
+    let schema = json!({ "type": "object",
+        "properties": { "answer": { "enum": ["yes", "no"] }, "score": { "type": "integer", "minimum": 0, "maximum": 9 } },
+        "required": ["answer", "score"], "additionalProperties": false });
+    let body = |seed: u64, n: usize| {
+        json!({ "messages": [{ "role": "user", "content": "Is the sky green? Answer in JSON." }],
+            "max_tokens": 40, "temperature": 1.0, "seed": seed, "n": n,
+            "response_format": { "type": "json_schema", "json_schema": { "name": "verdict", "schema": schema } } })
+    };
+    let chat = |b: Value| {
+        let r = server.post_json("/v1/chat/completions", &b);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    let content = |v: &Value, i: usize| v["choices"][i]["message"]["content"].as_str().unwrap().to_string();
+    let validator = jsonschema::validator_for(&schema).expect("valid schema");
+    let batch = chat(body(11, 3));
+    for i in 0..3 {
+        let text = content(&batch, i);
+        let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("copy {i}: {text:?}: {e}"));
+        assert!(validator.is_valid(&value), "copy {i}: {value}");
+        assert_eq!(batch["choices"][i]["finish_reason"], "stop", "copy {i}");
+        assert_eq!(text, content(&chat(body(11 + i as u64, 1)), 0), "copy {i} against a lone request");
+    }
+}

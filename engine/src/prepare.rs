@@ -73,14 +73,7 @@ impl Engine {
             let reason = format!("prompt_logprobs must be at most {MAX_PROMPT_LOGPROBS}");
             return Err(EngineError::invalid("prompt_logprobs", reason));
         }
-        let ctx = StrategyContext {
-            mask_token_id: info.model_config.mask_token_id,
-            max_model_len: info.max_model_len,
-            max_tokens: params.scheduled_max_tokens(),
-            metrics: Some(self.metrics().clone()),
-            ..StrategyContext::new(self.tokenizer())
-        };
-        let strategy = build_strategy(&params.decoding, &ctx)?;
+        let strategy = self.build_request_strategy(&params)?;
         if let Decoding::Wedlm(_) = params.decoding {
             // Refused rather than silently dropped: the client would get output it did not ask for.
             if let Some((field, reason)) = unsupported_sampling(&params.sampling) {
@@ -91,6 +84,41 @@ impl Engine {
         let constraint = params.structured.as_ref().map(|spec| self.compile_constraint(spec, &params)).transpose()?;
         let seed = params.sampling.seed.unwrap_or_else(random_seed);
         Ok(PreparedRequest { prompt_token_ids, params, strategy, constraint, seed })
+    }
+
+    /// `prepare` for `n` copies of one request (OpenAI's `n`): the prompt is tokenized and
+    /// checked once and a structured output's grammar compiled once. Copy `i` of a seeded
+    /// request draws from `seed + i`; unseeded copies each draw from a fresh seed. `n` of 0
+    /// gives one copy, as 1 does.
+    pub fn prepare_copies(&self, request: Request, n: usize) -> Result<Vec<PreparedRequest>> {
+        let first = self.prepare(request)?;
+        let mut copies = Vec::with_capacity(n);
+        for i in 1..n {
+            let mut params = first.params.clone();
+            params.sampling.seed = params.sampling.seed.map(|s| s.wrapping_add(i as u64));
+            copies.push(PreparedRequest {
+                prompt_token_ids: first.prompt_token_ids.clone(),
+                strategy: self.build_request_strategy(&params)?,
+                constraint: first.constraint.as_ref().map(Constraint::fork),
+                seed: params.sampling.seed.unwrap_or_else(random_seed),
+                params,
+            });
+        }
+        copies.insert(0, first);
+        Ok(copies)
+    }
+
+    /// A fresh decoding strategy for a request with `params` (every copy needs its own state).
+    fn build_request_strategy(&self, params: &GenerationParams) -> Result<Box<dyn SequenceStrategy>> {
+        let info = self.info();
+        let ctx = StrategyContext {
+            mask_token_id: info.model_config.mask_token_id,
+            max_model_len: info.max_model_len,
+            max_tokens: params.scheduled_max_tokens(),
+            metrics: Some(self.metrics().clone()),
+            ..StrategyContext::new(self.tokenizer())
+        };
+        Ok(build_strategy(&params.decoding, &ctx)?)
     }
 
     fn compile_constraint(&self, spec: &StructuredOutput, params: &GenerationParams) -> Result<Constraint> {

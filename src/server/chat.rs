@@ -29,7 +29,7 @@ pub async fn chat_completions(
     let chat = parse_chat(req, &state.generation_defaults)?;
     let ParsedChat { parsed, logprobs, tools, echo, .. } = &chat;
     let n = parsed.n;
-    let handles = state.submit_all(chat.requests()).await?;
+    let handles = state.submit_copies(vec![chat.request()], chat.parsed.n).await?;
     let frame_id = handles.first().map_or(0, |h| h.id);
     let extras = Extras { return_metrics: parsed.params.return_metrics, return_token_ids: parsed.return_token_ids };
     let thinking = state.thinking_template && parsed.params.enable_thinking != Some(false);
@@ -116,16 +116,10 @@ pub(super) struct ParsedChat {
 }
 
 impl ParsedChat {
-    /// The engine requests: `n` copies of the conversation, copy `i` of a seeded request
+    /// The engine request; the server submits `n` copies of it, copy `i` of a seeded request
     /// drawing from `seed + i`.
-    pub fn requests(&self) -> Vec<Request> {
-        (0..self.parsed.n)
-            .map(|copy| {
-                let mut params = self.parsed.params.clone();
-                params.sampling.seed = params.sampling.seed.map(|s| s.wrapping_add(copy as u64));
-                engine_request(Prompt::Chat(self.messages.clone()), params, self.parsed.max_tokens, None)
-            })
-            .collect()
+    pub fn request(&self) -> Request {
+        engine_request(Prompt::Chat(self.messages.clone()), self.parsed.params.clone(), self.parsed.max_tokens, None)
     }
 }
 

@@ -61,19 +61,14 @@ pub(super) fn parse_completion(
 }
 
 impl ParsedCompletion {
-    /// The engine requests: `n` copies of each prompt, prompt-major (OpenAI's choice order);
-    /// copy `i` of a seeded request draws from `seed + i`.
+    /// The engine request of each prompt; the server submits `n` copies of each, prompt-major
+    /// (OpenAI's choice order), copy `i` of a seeded request drawing from `seed + i`.
     pub fn requests(&self) -> Vec<Request> {
-        let mut requests = Vec::with_capacity(self.prompts.len() * self.parsed.n);
-        for prompt in &self.prompts {
-            for copy in 0..self.parsed.n {
-                let mut params = self.parsed.params.clone();
-                params.sampling.seed = params.sampling.seed.map(|s| s.wrapping_add(copy as u64));
-                let max_tokens = self.parsed.max_tokens;
-                requests.push(engine_request(prompt.clone(), params, max_tokens, Some(DEFAULT_MAX_TOKENS)));
-            }
-        }
-        requests
+        let (params, max_tokens) = (&self.parsed.params, self.parsed.max_tokens);
+        self.prompts
+            .iter()
+            .map(|prompt| engine_request(prompt.clone(), params.clone(), max_tokens, Some(DEFAULT_MAX_TOKENS)))
+            .collect()
     }
 
     /// What to return of prompt `index` (a token-id prompt's text is decoded).
@@ -92,7 +87,7 @@ pub async fn completions(
 ) -> Result<Response, ApiError> {
     state.check_model(req.common.model.as_deref())?;
     let completion = parse_completion(req, &state.generation_defaults)?;
-    let handles = state.submit_all(completion.requests()).await?;
+    let handles = state.submit_copies(completion.requests(), completion.parsed.n).await?;
     let n = completion.parsed.n;
     let frame_id = handles.first().map_or(0, |h| h.id);
     let extras = Extras {

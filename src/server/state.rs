@@ -107,14 +107,22 @@ impl AppState {
         }
     }
 
-    /// Submits several requests as one batch (a completion's prompts and their `n` copies):
-    /// all accepted, or none.
-    pub async fn submit_all(&self, requests: Vec<Request>) -> Result<Vec<RequestHandle>, ApiError> {
+    /// Submits `n` copies of each request as one batch (a completion's prompts and their `n`
+    /// copies, request-major): all accepted, or none. Each request is prepared once for its
+    /// copies (`Engine::prepare_copies`).
+    pub async fn submit_copies(&self, requests: Vec<Request>, n: usize) -> Result<Vec<RequestHandle>, ApiError> {
         if self.is_draining() {
             return Err(ApiError::unavailable("the server is shutting down").with_retry_after(1));
         }
         let engine = self.engine.clone();
-        match tokio::task::spawn_blocking(move || engine.submit_all(requests)).await {
+        let submit = move || {
+            let mut prepared = Vec::with_capacity(requests.len() * n);
+            for request in requests {
+                prepared.extend(engine.prepare_copies(request, n)?);
+            }
+            engine.submit_prepared(prepared)
+        };
+        match tokio::task::spawn_blocking(submit).await {
             Ok(result) => result.map_err(ApiError::from),
             Err(e) => Err(ApiError::internal(format!("submit task failed: {e}"))),
         }

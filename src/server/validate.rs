@@ -4,13 +4,12 @@
 //! entry point exists so the fuzz target (fuzz/fuzz_targets/http_request.rs) and tests can
 //! drive them without HTTP or an engine loop.
 
-use crate::{GenerationParams, Prompt};
+use crate::GenerationParams;
 
 use super::chat::parse_chat;
 use super::completions::parse_completion;
 use super::error::ApiError;
 use super::extract::decode_json_body;
-use super::params::engine_request;
 use super::protocol::{ChatRequest, CompletionRequest};
 use super::state::AppState;
 
@@ -48,8 +47,7 @@ pub fn validate_body(state: &AppState, endpoint: Endpoint, body: &[u8]) -> Resul
             let req: ChatRequest = decode_json_body(body)?;
             state.check_model(req.common.model.as_deref())?;
             let chat = parse_chat(req, &state.generation_defaults)?;
-            let request = engine_request(Prompt::Chat(chat.messages), chat.parsed.params, chat.parsed.max_tokens, None);
-            (request, chat.parsed.stream)
+            (chat.request(), chat.parsed.stream)
         }
     };
     let prepared = state.engine.prepare(request)?;

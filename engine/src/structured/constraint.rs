@@ -47,6 +47,13 @@ impl Constraint {
         }
     }
 
+    /// An independent copy at this constraint's state, without compiling the grammar again
+    /// (llguidance's `deep_clone`: the parser and its lexer caches); the copy's mask timings
+    /// start at zero.
+    pub(crate) fn fork(&self) -> Self {
+        Self::new(self.matcher.deep_clone(), self.mask.len(), self.eos_token_ids.clone())
+    }
+
     /// Allowed next tokens over the full logits row; cached until the next commit. Every EOS
     /// id is allowed iff the grammar may end here (llguidance adds the trie's EOS set when
     /// the grammar accepts); special tokens are never allowed otherwise, unless a Lark grammar

@@ -48,7 +48,8 @@ pub struct PackedWeight {
 pub(crate) struct Panel<'a> {
     pub kind: QuantKind,
     pub blocks: usize,
-    /// `[blocks][8 groups][PANEL][4]` bytes, `[blocks][4][PANEL][4]` for `Nibble`.
+    /// Per block: `[8 groups][PANEL][4]` bytes for `Signed`; `[4][PANEL][4]` nibble bytes for
+    /// `Nibble`, and for `Unsigned` those followed by 8 words of fifth bits.
     pub quants: &'a [u8],
     /// `[blocks][PANEL]`.
     pub scales: Factors<'a>,
