@@ -12,6 +12,7 @@ pub mod embedding;
 pub mod error;
 pub mod hf_config;
 pub mod hf_loader;
+pub mod hot_workers;
 pub mod int8_gemm;
 pub mod kv_cache;
 pub mod linear;

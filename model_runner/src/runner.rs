@@ -5,6 +5,7 @@ use candle_core::quantized::gguf_file;
 
 use crate::batch::ForwardBatch;
 use crate::error::{ModelError, Result};
+use crate::hot_workers::with_hot_workers;
 use crate::kv_cache::{KvCache, KvDtype};
 use crate::linear::MatmulMode;
 use crate::model::{ForwardOutput, Model};
@@ -85,8 +86,9 @@ impl ModelRunner {
         let (model, cache, logits) = (&self.model, &mut self.cache, std::mem::take(&mut self.spare_logits));
         // The forward runs on a worker of rayon's pool, so each of its parallel regions (a
         // few per layer) starts on the thread already running it, instead of waking a worker
-        // and putting this thread to sleep until the region ends.
-        rayon::scope(|_| model.forward_into(batch, cache, logits))
+        // and putting this thread to sleep until the region ends; the other workers stay
+        // awake until it returns.
+        with_hot_workers(|| model.forward_into(batch, cache, logits))
     }
 
     /// Takes back a step's output once its logits are used, so the next step writes its

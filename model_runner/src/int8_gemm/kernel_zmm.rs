@@ -90,9 +90,11 @@ mod imp {
     use super::super::simd_tile::{NIBBLE, SIGNED, UNSIGNED};
     use super::super::{BLOCK, PANEL};
 
-    /// How far ahead the first row tile of a pair prefetches, in blocks (3 KiB of Q8_0 quants):
-    /// about one DRAM latency's worth of reading at one core's bandwidth.
-    const PREFETCH_BLOCKS: usize = 12;
+    /// How far ahead the first row tile of a pair prefetches, in blocks (8 KiB of Q4_1 quants,
+    /// 16 KiB of Q8_0). At batch 1 one core streamed SmolLM2's weights at 24-26 GB/s 12 blocks
+    /// ahead and 28-30 GB/s from 32 to 128 blocks ahead (19 GB/s without prefetching;
+    /// benches/int8_stream.rs); 64 was the best of 12, 64 and 128 on Qwen2.5's formats.
+    const PREFETCH_BLOCKS: usize = 64;
 
     /// # Safety
     ///
