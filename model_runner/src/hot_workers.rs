@@ -8,12 +8,24 @@
 //! worker one job for the whole forward: take any pending job of the pool, else spin, until
 //! the forward returns. This is the spin-then-work barrier of llama.cpp's and OpenMP's thread
 //! teams, kept inside rayon so the forward's code (`par_iter`, `join`) is unchanged.
+//!
+//! A worker gives up spinning after `IDLE_LIMIT` without work. Besides bounding what a long
+//! serial stretch burns, this bounds a wait that would otherwise never end: a worker that
+//! steals one of the forward's jobs just before it sees its spinning job (or a job of another
+//! engine's forward on the same pool) and then waits inside that job runs the spinning job
+//! there (rayon runs any pending job while it waits), on top of the very job the forward
+//! needs finished.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a kept-awake worker spins without finding work before it returns to rayon's idle
+/// loop: far above the serial stretches between a decode forward's regions (microseconds).
+const IDLE_LIMIT: Duration = Duration::from_millis(1);
 
 /// Runs `forward` on a worker of rayon's pool while the pool's other workers run the jobs it
 /// spawns as soon as they are pushed; returns what `forward` returns. The workers go back to
-/// rayon's idle loop when `forward` returns or unwinds.
+/// rayon's idle loop when `forward` returns or unwinds, or after `IDLE_LIMIT` without work.
 pub fn with_hot_workers<R: Send>(forward: impl FnOnce() -> R + Send) -> R {
     let done = AtomicBool::new(false);
     let done = &done;
@@ -26,9 +38,20 @@ pub fn with_hot_workers<R: Send>(forward: impl FnOnce() -> R + Send) -> R {
                 if Some(worker.index()) == home {
                     return;
                 }
+                let mut idle_since = Instant::now();
+                let mut idle_tries = 0u32;
                 while !done.load(Ordering::Acquire) {
-                    if rayon::yield_now() != Some(rayon::Yield::Executed) {
-                        std::hint::spin_loop();
+                    if rayon::yield_now() == Some(rayon::Yield::Executed) {
+                        idle_tries = 0;
+                        continue;
+                    }
+                    std::hint::spin_loop();
+                    // The clock only every 64 idle tries; the first of a run starts it.
+                    idle_tries += 1;
+                    if idle_tries == 1 {
+                        idle_since = Instant::now();
+                    } else if idle_tries % 64 == 0 && idle_since.elapsed() > IDLE_LIMIT {
+                        return;
                     }
                 }
             });

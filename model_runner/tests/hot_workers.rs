@@ -82,3 +82,30 @@ fn called_from_outside_any_pool_it_runs_on_the_global_pool() {
     let value = within_a_minute(|| with_hot_workers(|| (0..1000u64).into_par_iter().sum::<u64>()));
     assert_eq!(value, 499_500);
 }
+
+/// Two engines in one process share rayon's global pool: forwards from two threads at once,
+/// each with parallel regions, all complete (a worker spinning for one forward on top of a job
+/// the same forward waits for gives up after its idle limit rather than hang).
+#[test]
+fn concurrent_forwards_on_one_pool_complete() {
+    let sums = within_a_minute(|| {
+        let pool = std::sync::Arc::new(pool(2));
+        let callers: Vec<_> = (0..3u64)
+            .map(|c| {
+                let pool = pool.clone();
+                std::thread::spawn(move || {
+                    (0..3000u64)
+                        .map(|i| {
+                            pool.install(|| {
+                                with_hot_workers(|| (0..64u64).into_par_iter().map(|j| j * (c + i)).sum::<u64>())
+                            })
+                        })
+                        .sum::<u64>()
+                })
+            })
+            .collect();
+        callers.into_iter().map(|t| t.join().expect("a caller thread")).collect::<Vec<u64>>()
+    });
+    let expected = |c: u64| (0..3000u64).map(|i| 2016 * (c + i)).sum::<u64>();
+    assert_eq!(sums, (0..3).map(expected).collect::<Vec<_>>());
+}
