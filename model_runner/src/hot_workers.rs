@@ -50,7 +50,7 @@ pub fn with_hot_workers<R: Send>(forward: impl FnOnce() -> R + Send) -> R {
                     idle_tries += 1;
                     if idle_tries == 1 {
                         idle_since = Instant::now();
-                    } else if idle_tries % 64 == 0 && idle_since.elapsed() > IDLE_LIMIT {
+                    } else if idle_tries.is_multiple_of(64) && idle_since.elapsed() > IDLE_LIMIT {
                         return;
                     }
                 }
