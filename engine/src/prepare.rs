@@ -82,7 +82,7 @@ impl Engine {
         }
         self.check_fits(num_prompt, &params, strategy.as_ref())?;
         let constraint = params.structured.as_ref().map(|spec| self.compile_constraint(spec, &params)).transpose()?;
-        let seed = params.sampling.seed.unwrap_or_else(random_seed);
+        let seed = seed_of(&params);
         Ok(PreparedRequest { prompt_token_ids, params, strategy, constraint, seed })
     }
 
@@ -100,7 +100,7 @@ impl Engine {
                 prompt_token_ids: first.prompt_token_ids.clone(),
                 strategy: self.build_request_strategy(&params)?,
                 constraint: first.constraint.as_ref().map(Constraint::fork),
-                seed: params.sampling.seed.unwrap_or_else(random_seed),
+                seed: seed_of(&params),
                 params,
             });
         }
@@ -200,6 +200,11 @@ fn sampling_error(e: SamplerError) -> EngineError {
         }
         other => EngineError::invalid("sampling", other.to_string()),
     }
+}
+
+/// The seed a request draws from: its own, else a fresh one.
+fn seed_of(params: &GenerationParams) -> u64 {
+    params.sampling.seed.unwrap_or_else(random_seed)
 }
 
 fn random_seed() -> u64 {
