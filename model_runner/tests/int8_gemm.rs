@@ -142,16 +142,17 @@ fn unsupported_formats_are_declined_not_misread() {
 
 /// Packed weights are as compact as the GGUF's blocks, which is what a batch-1 step streams: a
 /// 32-element block's quants at their own width (Q5_0's fifth bits apart from its nibbles),
-/// plus its scale and min in f16 where the GGUF has them in f16; Q4_K's scales (an f16 times a
+/// plus its scale and min in f16 where the GGUF has them in f16, and no min at all where the
+/// format derives it from the scale (Q4_0's -8d, Q5_0's -16d); Q4_K's scales (an f16 times a
 /// 6-bit sub-block scale) and re-quantized Q6_K's keep f32.
 #[test]
 fn packed_weights_keep_f16_scales_where_exact() {
     let (n, k) = (16, 512);
     let blocks = n * k / 32;
     for (dtype, block_bytes) in [
-        (GgmlDType::Q4_0, 16 + 2 + 2),
+        (GgmlDType::Q4_0, 16 + 2),
         (GgmlDType::Q4_1, 16 + 2 + 2),
-        (GgmlDType::Q5_0, 16 + 4 + 2 + 2),
+        (GgmlDType::Q5_0, 16 + 4 + 2),
         (GgmlDType::Q5_1, 16 + 4 + 2 + 2),
         (GgmlDType::Q8_0, 32 + 2),
         (GgmlDType::Q4K, 16 + 4 + 4),
@@ -176,7 +177,7 @@ fn wrong_activation_length_is_an_error() {
 #[test]
 fn every_kernel_is_bit_identical() {
     eprintln!("Backend::Auto runs the {} kernel here", auto_kernel_name());
-    for dtype in [GgmlDType::Q4_1, GgmlDType::Q4K, GgmlDType::Q5_0, GgmlDType::Q6K, GgmlDType::Q8_0] {
+    for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q4K, GgmlDType::Q5_0, GgmlDType::Q6K, GgmlDType::Q8_0] {
         let (n, k, rows) = (37, 512, 11);
         let packed = PackedWeight::from_qtensor(&quantized(dtype, n, k, 3)).unwrap().unwrap();
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();

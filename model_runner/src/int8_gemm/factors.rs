@@ -36,13 +36,6 @@ impl FactorVec {
         }
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        match self {
-            FactorVec::Half(v) => v.is_empty(),
-            FactorVec::Single(v) => v.is_empty(),
-        }
-    }
-
     pub(crate) fn bytes(&self) -> usize {
         match self {
             FactorVec::Half(v) => 2 * v.len(),
@@ -57,14 +50,6 @@ impl FactorVec {
             FactorVec::Single(v) => Factors::Single(&v[start..end]),
         }
     }
-
-    /// The whole vector (an empty one for weights without mins).
-    pub(crate) fn all(&self) -> Factors<'_> {
-        match self {
-            FactorVec::Half(v) => Factors::Half(v),
-            FactorVec::Single(v) => Factors::Single(v),
-        }
-    }
 }
 
 impl Factors<'_> {
@@ -73,10 +58,6 @@ impl Factors<'_> {
             Factors::Half(v) => v.len(),
             Factors::Single(v) => v.len(),
         }
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     pub(crate) fn is_half(&self) -> bool {
@@ -110,14 +91,14 @@ mod tests {
     fn f16_only_when_every_scale_and_min_is_exact() {
         let subnormal = f16::from_bits(3).to_f32();
         let (scales, mins) = FactorVec::narrowest(vec![0.5, -0.0078125, subnormal], vec![-4.0, 0.0, 65504.0]);
-        assert!(scales.all().is_half() && mins.all().is_half());
-        assert_eq!([scales.all().get(2), mins.all().get(2)], [subnormal, 65504.0]);
+        assert!(scales.slice(0, 1).is_half() && mins.slice(0, 1).is_half());
+        assert_eq!([scales.slice(0, 3).get(2), mins.slice(0, 3).get(2)], [subnormal, 65504.0]);
         // One min beyond f16's precision keeps both in f32, unrounded.
         let (scales, mins) = FactorVec::narrowest(vec![0.5, 0.25], vec![0.1, 0.0]);
-        assert!(!scales.all().is_half() && !mins.all().is_half());
-        assert_eq!(mins.all().get(0), 0.1);
+        assert!(!scales.slice(0, 1).is_half() && !mins.slice(0, 1).is_half());
+        assert_eq!(mins.slice(0, 1).get(0), 0.1);
         // Beyond f16's range, or below its smallest subnormal, stays f32 too.
-        assert!(!FactorVec::narrowest(vec![70000.0], vec![]).0.all().is_half());
-        assert!(!FactorVec::narrowest(vec![1e-9], vec![]).0.all().is_half());
+        assert!(!FactorVec::narrowest(vec![70000.0], vec![]).0.slice(0, 1).is_half());
+        assert!(!FactorVec::narrowest(vec![1e-9], vec![]).0.slice(0, 1).is_half());
     }
 }

@@ -26,24 +26,26 @@ pub(crate) struct Format {
     pub kind: QuantKind,
     pub block_elems: usize,
     pub block_bytes: usize,
+    /// `k` where every block's min is `k * d` (Q4_0's -8, Q5_0's -16: the quants' midpoint).
+    pub min_per_scale: Option<f32>,
 }
 
 /// The formats the kernel supports, or `None` (the caller falls back to candle's kernels).
 pub(crate) fn format_of(dtype: GgmlDType) -> Option<Format> {
-    let (kind, block_elems, block_bytes) = match dtype {
-        GgmlDType::Q4_0 => (QuantKind::Nibble, 32, 18),
-        GgmlDType::Q4_1 => (QuantKind::Nibble, 32, 20),
-        GgmlDType::Q5_0 => (QuantKind::Unsigned, 32, 22),
-        GgmlDType::Q5_1 => (QuantKind::Unsigned, 32, 24),
-        GgmlDType::Q8_0 => (QuantKind::Signed, 32, 34),
-        GgmlDType::Q4K => (QuantKind::Nibble, 256, 144),
+    let (kind, block_elems, block_bytes, min_per_scale) = match dtype {
+        GgmlDType::Q4_0 => (QuantKind::Nibble, 32, 18, Some(-8.0)),
+        GgmlDType::Q4_1 => (QuantKind::Nibble, 32, 20, None),
+        GgmlDType::Q5_0 => (QuantKind::Unsigned, 32, 22, Some(-16.0)),
+        GgmlDType::Q5_1 => (QuantKind::Unsigned, 32, 24, None),
+        GgmlDType::Q8_0 => (QuantKind::Signed, 32, 34, None),
+        GgmlDType::Q4K => (QuantKind::Nibble, 256, 144, None),
         _ => return None,
     };
     // Guard against a candle version whose block layout differs from the one decoded here.
     if dtype.block_size() != block_elems || dtype.type_size() != block_bytes {
         return None;
     }
-    Some(Format { dtype, kind, block_elems, block_bytes })
+    Some(Format { dtype, kind, block_elems, block_bytes, min_per_scale })
 }
 
 fn half(b: &[u8], at: usize) -> f32 {
@@ -80,15 +82,16 @@ fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
 
 /// Decodes 32-element sub-block `sub` of the GGML block `b` (exactly `format.block_bytes` long).
 pub(crate) fn decode(format: &Format, b: &[u8], sub: usize) -> Block32 {
+    let implied_min = |d: f32| format.min_per_scale.map_or(0.0, |k| k * d);
     match format.dtype {
         GgmlDType::Q4_0 => {
             let d = half(b, 0);
-            Block32 { q: nibbles(&b[2..18]), d, m: -8.0 * d }
+            Block32 { q: nibbles(&b[2..18]), d, m: implied_min(d) }
         }
         GgmlDType::Q4_1 => Block32 { q: nibbles(&b[4..20]), d: half(b, 0), m: half(b, 2) },
         GgmlDType::Q5_0 => {
             let d = half(b, 0);
-            Block32 { q: with_high_bits(nibbles(&b[6..22]), &b[2..6]), d, m: -16.0 * d }
+            Block32 { q: with_high_bits(nibbles(&b[6..22]), &b[2..6]), d, m: implied_min(d) }
         }
         GgmlDType::Q5_1 => Block32 { q: with_high_bits(nibbles(&b[8..24]), &b[4..8]), d: half(b, 0), m: half(b, 2) },
         GgmlDType::Q8_0 => {

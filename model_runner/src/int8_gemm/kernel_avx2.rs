@@ -13,7 +13,7 @@
 //! `kernel_scalar.rs` one for one.
 
 use super::activation::QuantizedRows;
-use super::pack::{Panel, QuantKind};
+use super::pack::{Mins, Panel, QuantKind};
 use super::{kernel_scalar, BLOCK, PANEL};
 
 /// Rows per tile: 4 accumulators plus 4 integer sums and the weight registers fit the 16
@@ -65,8 +65,13 @@ pub(super) fn in_bounds(panel: &Panel<'_>, act: &QuantizedRows, row0: usize, row
         && act.in_features == nb * BLOCK
         && panel.quants.len() == nb * panel.kind.panel_block_bytes()
         && panel.scales.len() == nb * PANEL
-        && (panel.kind == QuantKind::Signed || panel.mins.len() == nb * PANEL)
-        && (panel.mins.is_empty() || panel.mins.is_half() == panel.scales.is_half())
+        && match panel.mins {
+            Mins::Absent => panel.kind == QuantKind::Signed,
+            Mins::Stored(mins) => {
+                panel.kind != QuantKind::Signed && mins.len() == nb * PANEL && mins.is_half() == panel.scales.is_half()
+            }
+            Mins::OfScale(_) => panel.kind != QuantKind::Signed,
+        }
         && row0 + rows <= act.rows()
         && act.scales.len() >= (row0 + rows) * nb
         && act.sums.len() >= (row0 + rows) * nb

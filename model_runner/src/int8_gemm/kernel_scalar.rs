@@ -23,7 +23,7 @@ pub(crate) fn tile(panel: &Panel<'_>, act: &QuantizedRows, row0: usize, rows: us
                 let scale = panel.scales.get(at) * act.scales[row * nb + b];
                 acc = (dot as f32).mul_add(scale, acc);
                 if panel.kind != QuantKind::Signed {
-                    acc = act.sums[row * nb + b].mul_add(panel.mins.get(at), acc);
+                    acc = act.sums[row * nb + b].mul_add(panel.min(at), acc);
                 }
             }
             out[r * PANEL + c] = acc;

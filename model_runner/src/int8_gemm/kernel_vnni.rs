@@ -170,7 +170,7 @@ mod tests {
                 continue;
             }
             // Q4_K's scales stay f32, the others' are f16.
-            for dtype in [GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4K] {
+            for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4K] {
                 let w = Tensor::from_vec(values(n * k), (n, k), &Device::Cpu).unwrap();
                 let packed = PackedWeight::from_qtensor(&QTensor::quantize(&w, dtype).unwrap()).unwrap().unwrap();
                 for rows in 1..=5 {

@@ -18,7 +18,7 @@
 
 use super::activation::QuantizedRows;
 use super::kernel_avx2;
-use super::pack::Panel;
+use super::pack::{Mins, Panel};
 use super::{kernel_scalar, PANEL};
 
 /// Rows per tile: AVX-512's 32 registers hold 8 rows' f32 accumulators and integer sums
@@ -58,7 +58,12 @@ pub(crate) fn tile_pair(
     let fits = kernel_avx2::in_bounds(a, act, row0, rows, out_a)
         && kernel_avx2::in_bounds(b, act, row0, rows, out_b)
         && a.kind == b.kind
-        && a.scales.is_half() == b.scales.is_half();
+        && a.scales.is_half() == b.scales.is_half()
+        && match (a.mins, b.mins) {
+            (Mins::Absent, Mins::Absent) | (Mins::Stored(_), Mins::Stored(_)) => true,
+            (Mins::OfScale(ka), Mins::OfScale(kb)) => ka.to_bits() == kb.to_bits(),
+            _ => false,
+        };
     if !fits || !available() {
         kernel_scalar::tile(a, act, row0, rows, out_a);
         kernel_scalar::tile(b, act, row0, rows, out_b);
@@ -71,7 +76,7 @@ pub(crate) fn tile_pair(
             let n = (rows - r).min(TILE_ROWS);
             let (oa, ob) = (&mut out_a[r * PANEL..(r + n) * PANEL], &mut out_b[r * PANEL..(r + n) * PANEL]);
             // SAFETY: `available()` confirmed the features, `in_bounds` held for both panels
-            // (same kind and scale width, hence same layout) over rows `row0 + r .. + n`. Only the tile
+            // (same kind, scale width and mins, hence same layout) over rows `row0 + r .. + n`. Only the tile
             // of the batch's first row prefetches: callers go through the rows in order, and
             // later tiles find the pair's weights in L1.
             unsafe { imp::tile_rows((a, b), act, row0 + r, n, oa, ob, row0 + r == 0) };
@@ -86,7 +91,7 @@ mod imp {
 
     use super::super::activation::QuantizedRows;
     use super::super::factors::Factors;
-    use super::super::pack::{Panel, QuantKind, NIBBLE_BYTES};
+    use super::super::pack::{Mins, Panel, QuantKind, NIBBLE_BYTES};
     use super::super::simd_tile::{NIBBLE, SIGNED, UNSIGNED};
     use super::super::{BLOCK, PANEL};
 
@@ -209,9 +214,9 @@ mod imp {
                 let s = (blk + PREFETCH_BLOCKS) * PANEL * if HALF { 2 } else { 4 };
                 _mm_prefetch::<_MM_HINT_T0>(a.scales.as_ptr().wrapping_add(s) as *const i8);
                 _mm_prefetch::<_MM_HINT_T0>(b.scales.as_ptr().wrapping_add(s) as *const i8);
-                if KIND != SIGNED {
-                    _mm_prefetch::<_MM_HINT_T0>(a.mins.as_ptr().wrapping_add(s) as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(b.mins.as_ptr().wrapping_add(s) as *const i8);
+                if let (Mins::Stored(a), Mins::Stored(b)) = (a.mins, b.mins) {
+                    _mm_prefetch::<_MM_HINT_T0>(a.as_ptr().wrapping_add(s) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(b.as_ptr().wrapping_add(s) as *const i8);
                 }
             }
             let mut dots = [_mm512_setzero_si512(); R];
@@ -269,7 +274,11 @@ mod imp {
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[r]), scale, acc[r]);
             }
             if KIND != SIGNED {
-                let mins = join_factors::<HALF>(a.mins, b.mins, blk * PANEL);
+                let mins = match (a.mins, b.mins) {
+                    (Mins::Stored(ma), Mins::Stored(mb)) => join_factors::<HALF>(ma, mb, blk * PANEL),
+                    (Mins::OfScale(k), _) => _mm512_mul_ps(dw, _mm512_set1_ps(k)),
+                    _ => _mm512_setzero_ps(),
+                };
                 for r in 0..R {
                     acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(*sums.add(r * nb + blk)), mins, acc[r]);
                 }

@@ -10,7 +10,9 @@
 //! 5-bit quants (`Unsigned`) are laid out as nibbles, followed by a plane of their fifth bits:
 //! one 32-bit word per group whose bit `i` belongs to byte `i` of the group's vector, so a
 //! block takes 160 bytes rather than 256 (Qwen2.5's q/k/v/o/gate/up are Q5_0).
-//! Scales and mins are `[panel][block][PANEL]`, f16 where that is exact (`factors.rs`).
+//! Scales and mins are `[panel][block][PANEL]`, f16 where that is exact (`factors.rs`). Formats
+//! whose min is a fixed multiple of the scale (Q4_0, Q5_0) store no mins: a 4-bit weight then
+//! streams 4.5 bits per weight, as in the GGUF, instead of 5.
 //! The last panel is padded with zero columns (zero quants, scales and mins).
 
 use candle_core::quantized::QTensor;
@@ -40,8 +42,9 @@ pub struct PackedWeight {
     blocks: usize,
     quants: Vec<u8>,
     scales: FactorVec,
-    /// Empty for `Signed` weights, which have no min term.
+    /// Empty for `Signed` weights, which have no min term, and where `min_per_scale` gives it.
     mins: FactorVec,
+    min_per_scale: Option<f32>,
 }
 
 /// One panel's slices, as the kernels read them.
@@ -53,8 +56,19 @@ pub(crate) struct Panel<'a> {
     pub quants: &'a [u8],
     /// `[blocks][PANEL]`.
     pub scales: Factors<'a>,
-    /// `[blocks][PANEL]`, empty for `Signed`; the same width as `scales`.
-    pub mins: Factors<'a>,
+    pub mins: Mins<'a>,
+}
+
+/// Where a panel's min terms come from.
+#[derive(Clone, Copy)]
+pub(crate) enum Mins<'a> {
+    /// `Signed` weights have none.
+    Absent,
+    /// `[blocks][PANEL]`, in the width of the scales.
+    Stored(Factors<'a>),
+    /// This multiple of the block's scale: `k * d` in f32 is what the packer's decoder computed
+    /// (`formats.rs`), so a kernel recomputes each min bit for bit from the scale it loads.
+    OfScale(f32),
 }
 
 impl PackedWeight {
@@ -77,7 +91,7 @@ impl PackedWeight {
             return Err(Int8GemmError::BadDataLength { got: data.len(), expected: out_features * row_bytes });
         }
         let subs = format.block_elems / BLOCK;
-        Ok(Some(Self::from_blocks(format.kind, out_features, in_features, |col, b| {
+        Ok(Some(Self::from_blocks(format.kind, format.min_per_scale, out_features, in_features, |col, b| {
             let start = col * row_bytes + (b / subs) * format.block_bytes;
             let block = decode(&format, &data[start..start + format.block_bytes], b % subs);
             (block.q, block.d, block.m)
@@ -102,15 +116,17 @@ impl PackedWeight {
         if w.len() != out_features * in_features {
             return Err(Int8GemmError::BadDataLength { got: w.len(), expected: out_features * in_features });
         }
-        Ok(Self::from_blocks(QuantKind::Signed, out_features, in_features, |col, b| {
+        Ok(Self::from_blocks(QuantKind::Signed, None, out_features, in_features, |col, b| {
             let start = col * in_features + b * BLOCK;
             quantize_q8_block(&w[start..start + BLOCK])
         }))
     }
 
-    /// Packs from a per-(column, block) decoder returning `(quants, d, m)`.
+    /// Packs from a per-(column, block) decoder returning `(quants, d, m)`; with
+    /// `min_per_scale` `k`, every `m` is `k * d` and none is stored.
     pub(crate) fn from_blocks(
         kind: QuantKind,
+        min_per_scale: Option<f32>,
         out_features: usize,
         in_features: usize,
         mut block: impl FnMut(usize, usize) -> ([u8; BLOCK], f32, f32),
@@ -120,7 +136,8 @@ impl PackedWeight {
         let block_bytes = kind.panel_block_bytes();
         let mut quants = vec![0u8; panels * blocks * block_bytes];
         let mut scales = vec![0.0f32; panels * blocks * PANEL];
-        let mut mins = vec![0.0f32; if kind == QuantKind::Signed { 0 } else { scales.len() }];
+        let stores_mins = kind != QuantKind::Signed && min_per_scale.is_none();
+        let mut mins = vec![0.0f32; if stores_mins { scales.len() } else { 0 }];
         for col in 0..out_features {
             let (p, c) = (col / PANEL, col % PANEL);
             for b in 0..blocks {
@@ -131,13 +148,15 @@ impl PackedWeight {
                     kind.put(&mut quants[bytes..bytes + block_bytes], c, j, v);
                 }
                 scales[at] = d;
+                debug_assert!(min_per_scale.is_none_or(|k| (k * d).to_bits() == m.to_bits()));
                 if let Some(slot) = mins.get_mut(at) {
                     *slot = m;
                 }
             }
         }
         let (scales, mins) = FactorVec::narrowest(scales, mins);
-        Self { kind, out_features, in_features, blocks, quants, scales, mins }
+        let min_per_scale = min_per_scale.filter(|_| kind != QuantKind::Signed);
+        Self { kind, out_features, in_features, blocks, quants, scales, mins, min_per_scale }
     }
 
     pub fn kind(&self) -> QuantKind {
@@ -170,7 +189,11 @@ impl PackedWeight {
             blocks: self.blocks,
             quants: &self.quants[p * bytes..(p + 1) * bytes],
             scales: self.scales.slice(s, e),
-            mins: if self.mins.is_empty() { self.mins.all() } else { self.mins.slice(s, e) },
+            mins: match self.min_per_scale {
+                Some(k) => Mins::OfScale(k),
+                None if self.kind == QuantKind::Signed => Mins::Absent,
+                None => Mins::Stored(self.mins.slice(s, e)),
+            },
         }
     }
 
@@ -182,7 +205,7 @@ impl PackedWeight {
             let c = col % PANEL;
             for b in 0..self.blocks {
                 let at = b * PANEL + c;
-                let m = if panel.mins.is_empty() { 0.0 } else { panel.mins.get(at) };
+                let m = panel.min(at);
                 for j in 0..BLOCK {
                     let q = panel.quant(b, c, j) as f32;
                     w[col * self.in_features + b * BLOCK + j] = panel.scales.get(at) * q + m;
@@ -252,6 +275,16 @@ fn fifth_bit_position(c: usize, j: usize) -> (usize, u32) {
 }
 
 impl Panel<'_> {
+    /// The min term of scale `at` (`[block][PANEL]`); 0 for `Signed` panels.
+    #[inline(always)]
+    pub(crate) fn min(&self, at: usize) -> f32 {
+        match self.mins {
+            Mins::Absent => 0.0,
+            Mins::Stored(mins) => mins.get(at),
+            Mins::OfScale(k) => k * self.scales.get(at),
+        }
+    }
+
     /// Quant `j` of block `b` in column `c` of the panel, as an integer.
     #[inline(always)]
     pub(crate) fn quant(&self, b: usize, c: usize, j: usize) -> i32 {

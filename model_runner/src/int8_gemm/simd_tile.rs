@@ -11,7 +11,7 @@ use std::arch::x86_64::*;
 
 use super::activation::QuantizedRows;
 use super::factors::Factors;
-use super::pack::{Panel, QuantKind, NIBBLE_BYTES};
+use super::pack::{Mins, Panel, QuantKind, NIBBLE_BYTES};
 use super::{BLOCK, PANEL};
 
 /// `QuantKind` as a const generic (enums cannot be const parameters on stable Rust).
@@ -154,7 +154,11 @@ unsafe fn tile_n<D: BlockDot, const HALF: bool, const R: usize, const KIND: u8>(
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), scale, acc[r]);
         }
         if KIND != SIGNED {
-            let mins = factors8::<HALF>(panel.mins, b * PANEL);
+            let mins = match panel.mins {
+                Mins::Stored(mins) => factors8::<HALF>(mins, b * PANEL),
+                Mins::OfScale(k) => _mm256_mul_ps(dw, _mm256_set1_ps(k)),
+                Mins::Absent => _mm256_setzero_ps(),
+            };
             for r in 0..R {
                 acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(*sums.add(r * nb + b)), mins, acc[r]);
             }
