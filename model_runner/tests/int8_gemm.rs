@@ -142,24 +142,26 @@ fn unsupported_formats_are_declined_not_misread() {
 
 /// Packed weights are as compact as the GGUF's blocks, which is what a batch-1 step streams: a
 /// 32-element block's quants at their own width (Q5_0's fifth bits apart from its nibbles),
-/// plus its scale and min in f16 where the GGUF has them in f16, and no min at all where the
-/// format derives it from the scale (Q4_0's -8d, Q5_0's -16d); Q4_K's scales (an f16 times a
-/// 6-bit sub-block scale) and re-quantized Q6_K's keep f32.
+/// plus its scale and min in f16 where the GGUF has them in f16, no min at all where the format
+/// derives it from the scale (Q4_0's -8d, Q5_0's -16d), and Q4_K's scales and mins as Q4_K
+/// factors them (a u8 each per 32 elements, times an f16 each per 256: the GGUF's 6-bit
+/// integers take a byte). Re-quantized Q6_K keeps an f32 scale per 32.
 #[test]
-fn packed_weights_keep_f16_scales_where_exact() {
+fn packed_weights_are_as_compact_as_the_gguf() {
     let (n, k) = (16, 512);
-    let blocks = n * k / 32;
-    for (dtype, block_bytes) in [
-        (GgmlDType::Q4_0, 16 + 2),
-        (GgmlDType::Q4_1, 16 + 2 + 2),
-        (GgmlDType::Q5_0, 16 + 4 + 2),
-        (GgmlDType::Q5_1, 16 + 4 + 2 + 2),
-        (GgmlDType::Q8_0, 32 + 2),
-        (GgmlDType::Q4K, 16 + 4 + 4),
-        (GgmlDType::Q6K, 32 + 4),
+    let super_blocks = n * k / 256;
+    // Bytes per 256 elements (8 blocks of 32).
+    for (dtype, bytes) in [
+        (GgmlDType::Q4_0, 8 * (16 + 2)),
+        (GgmlDType::Q4_1, 8 * (16 + 2 + 2)),
+        (GgmlDType::Q5_0, 8 * (16 + 4 + 2)),
+        (GgmlDType::Q5_1, 8 * (16 + 4 + 2 + 2)),
+        (GgmlDType::Q8_0, 8 * (32 + 2)),
+        (GgmlDType::Q4K, 8 * (16 + 1 + 1) + 2 + 2),
+        (GgmlDType::Q6K, 8 * (32 + 4)),
     ] {
         let packed = PackedWeight::from_qtensor(&quantized(dtype, n, k, 7)).unwrap().unwrap();
-        assert_eq!(packed.packed_bytes(), blocks * block_bytes, "{dtype:?}");
+        assert_eq!(packed.packed_bytes(), super_blocks * bytes, "{dtype:?}");
     }
 }
 

@@ -18,6 +18,17 @@ pub(crate) struct Block32 {
     pub q: [u8; BLOCK],
     pub d: f32,
     pub m: f32,
+    /// Q4_K's factoring of `d` and `m`.
+    pub sub: Option<SubScales>,
+}
+
+/// `d = d_super * sc` and `m = -(dmin_super * mn)`, as Q4_K stores them: an f16 pair per
+/// 256 elements and 6-bit integers per 32.
+pub(crate) struct SubScales {
+    pub d_super: f16,
+    pub sc: u8,
+    pub dmin_super: f16,
+    pub mn: u8,
 }
 
 /// The layout of one GGML format: elements and bytes per GGML block.
@@ -86,30 +97,34 @@ pub(crate) fn decode(format: &Format, b: &[u8], sub: usize) -> Block32 {
     match format.dtype {
         GgmlDType::Q4_0 => {
             let d = half(b, 0);
-            Block32 { q: nibbles(&b[2..18]), d, m: implied_min(d) }
+            Block32 { q: nibbles(&b[2..18]), d, m: implied_min(d), sub: None }
         }
-        GgmlDType::Q4_1 => Block32 { q: nibbles(&b[4..20]), d: half(b, 0), m: half(b, 2) },
+        GgmlDType::Q4_1 => Block32 { q: nibbles(&b[4..20]), d: half(b, 0), m: half(b, 2), sub: None },
         GgmlDType::Q5_0 => {
             let d = half(b, 0);
-            Block32 { q: with_high_bits(nibbles(&b[6..22]), &b[2..6]), d, m: implied_min(d) }
+            Block32 { q: with_high_bits(nibbles(&b[6..22]), &b[2..6]), d, m: implied_min(d), sub: None }
         }
-        GgmlDType::Q5_1 => Block32 { q: with_high_bits(nibbles(&b[8..24]), &b[4..8]), d: half(b, 0), m: half(b, 2) },
+        GgmlDType::Q5_1 => {
+            Block32 { q: with_high_bits(nibbles(&b[8..24]), &b[4..8]), d: half(b, 0), m: half(b, 2), sub: None }
+        }
         GgmlDType::Q8_0 => {
             let mut q = [0u8; BLOCK];
             q.copy_from_slice(&b[2..34]);
-            Block32 { q, d: half(b, 0), m: 0.0 }
+            Block32 { q, d: half(b, 0), m: 0.0, sub: None }
         }
         // Q4K (the only other format `format_of` admits): 8 sub-blocks of 32; each 64-element
         // chunk shares 32 bytes, low nibbles for the even sub-block and high for the odd one.
         _ => {
-            let (d, dmin) = (half(b, 0), half(b, 2));
+            let (d_super, dmin_super) = (f16::from_le_bytes([b[0], b[1]]), f16::from_le_bytes([b[2], b[3]]));
+            let (d, dmin) = (d_super.to_f32(), dmin_super.to_f32());
             let (sc, mn) = scale_min_k4(sub, &b[4..16]);
             let qs = &b[16 + 32 * (sub / 2)..16 + 32 * (sub / 2) + 32];
             let mut q = [0u8; BLOCK];
             for (v, &byte) in q.iter_mut().zip(qs) {
                 *v = if sub.is_multiple_of(2) { byte & 0x0F } else { byte >> 4 };
             }
-            Block32 { q, d: d * sc as f32, m: -(dmin * mn as f32) }
+            let factoring = SubScales { d_super, sc, dmin_super, mn };
+            Block32 { q, d: d * sc as f32, m: -(dmin * mn as f32), sub: Some(factoring) }
         }
     }
 }

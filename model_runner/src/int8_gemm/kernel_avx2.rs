@@ -13,6 +13,7 @@
 //! `kernel_scalar.rs` one for one.
 
 use super::activation::QuantizedRows;
+use super::factors::Width;
 use super::pack::{Mins, Panel, QuantKind};
 use super::{kernel_scalar, BLOCK, PANEL};
 
@@ -64,11 +65,12 @@ pub(super) fn in_bounds(panel: &Panel<'_>, act: &QuantizedRows, row0: usize, row
     act.blocks == nb
         && act.in_features == nb * BLOCK
         && panel.quants.len() == nb * panel.kind.panel_block_bytes()
-        && panel.scales.len() == nb * PANEL
+        && panel.scales.holds(nb * PANEL)
+        && (panel.scales.width() != Width::SubBlock || panel.kind == QuantKind::Nibble)
         && match panel.mins {
             Mins::Absent => panel.kind == QuantKind::Signed,
             Mins::Stored(mins) => {
-                panel.kind != QuantKind::Signed && mins.len() == nb * PANEL && mins.is_half() == panel.scales.is_half()
+                panel.kind != QuantKind::Signed && mins.holds(nb * PANEL) && mins.width() == panel.scales.width()
             }
             Mins::OfScale(_) => panel.kind != QuantKind::Signed,
         }

@@ -162,7 +162,7 @@ mod tests {
     /// the scalar kernel, bit for bit, on every packed kind and tile height.
     #[test]
     fn each_encoding_matches_the_scalar_kernel() {
-        let (n, k) = (24, 256);
+        let (n, k) = (24, 512);
         let mut values = xorshift_values(0x2545_f491_4f6c_dd1d);
         for isa in [Isa::AvxVnni, Isa::Avx512Vnni] {
             if !supports(isa) {

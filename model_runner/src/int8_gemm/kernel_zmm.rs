@@ -58,7 +58,7 @@ pub(crate) fn tile_pair(
     let fits = kernel_avx2::in_bounds(a, act, row0, rows, out_a)
         && kernel_avx2::in_bounds(b, act, row0, rows, out_b)
         && a.kind == b.kind
-        && a.scales.is_half() == b.scales.is_half()
+        && a.scales.width() == b.scales.width()
         && match (a.mins, b.mins) {
             (Mins::Absent, Mins::Absent) | (Mins::Stored(_), Mins::Stored(_)) => true,
             (Mins::OfScale(ka), Mins::OfScale(kb)) => ka.to_bits() == kb.to_bits(),
@@ -90,9 +90,10 @@ mod imp {
     use std::arch::x86_64::*;
 
     use super::super::activation::QuantizedRows;
+    use super::super::factors::sub_block_positions;
     use super::super::factors::Factors;
     use super::super::pack::{Mins, Panel, QuantKind, NIBBLE_BYTES};
-    use super::super::simd_tile::{NIBBLE, SIGNED, UNSIGNED};
+    use super::super::simd_tile::{width_code, HALF, NIBBLE, SIGNED, SINGLE, SUB_BLOCK, UNSIGNED};
     use super::super::{BLOCK, PANEL};
 
     /// How far ahead the first row tile of a pair prefetches, in blocks (8 KiB of Q4_1 quants,
@@ -116,19 +117,21 @@ mod imp {
         prefetch: bool,
     ) {
         let pair = (a, b);
-        match (a.scales.is_half(), a.kind) {
-            (true, QuantKind::Nibble) => tile_height::<true, NIBBLE>(pair, act, row0, n, oa, ob, prefetch),
-            (true, QuantKind::Unsigned) => tile_height::<true, UNSIGNED>(pair, act, row0, n, oa, ob, prefetch),
-            (true, QuantKind::Signed) => tile_height::<true, SIGNED>(pair, act, row0, n, oa, ob, prefetch),
-            (false, QuantKind::Nibble) => tile_height::<false, NIBBLE>(pair, act, row0, n, oa, ob, prefetch),
-            (false, QuantKind::Unsigned) => tile_height::<false, UNSIGNED>(pair, act, row0, n, oa, ob, prefetch),
-            (false, QuantKind::Signed) => tile_height::<false, SIGNED>(pair, act, row0, n, oa, ob, prefetch),
+        match (width_code(a.scales.width()), a.kind) {
+            (HALF, QuantKind::Nibble) => tile_height::<HALF, NIBBLE>(pair, act, row0, n, oa, ob, prefetch),
+            (HALF, QuantKind::Unsigned) => tile_height::<HALF, UNSIGNED>(pair, act, row0, n, oa, ob, prefetch),
+            (HALF, QuantKind::Signed) => tile_height::<HALF, SIGNED>(pair, act, row0, n, oa, ob, prefetch),
+            (SINGLE, QuantKind::Nibble) => tile_height::<SINGLE, NIBBLE>(pair, act, row0, n, oa, ob, prefetch),
+            (SINGLE, QuantKind::Unsigned) => tile_height::<SINGLE, UNSIGNED>(pair, act, row0, n, oa, ob, prefetch),
+            (SINGLE, QuantKind::Signed) => tile_height::<SINGLE, SIGNED>(pair, act, row0, n, oa, ob, prefetch),
+            // Only Q4_K is packed with sub-block factors (`in_bounds` checks it is `Nibble`).
+            _ => tile_height::<SUB_BLOCK, NIBBLE>(pair, act, row0, n, oa, ob, prefetch),
         }
     }
 
     /// `tile_rows` for one scale width and kind: `n` rows as a const.
     #[inline(always)]
-    unsafe fn tile_height<const HALF: bool, const KIND: u8>(
+    unsafe fn tile_height<const W: u8, const KIND: u8>(
         (a, b): (&Panel<'_>, &Panel<'_>),
         act: &QuantizedRows,
         row0: usize,
@@ -138,14 +141,14 @@ mod imp {
         prefetch: bool,
     ) {
         match n {
-            1 => tile_n::<HALF, 1, KIND>((a, b), act, row0, oa, ob, prefetch),
-            2 => tile_n::<HALF, 2, KIND>((a, b), act, row0, oa, ob, prefetch),
-            3 => tile_n::<HALF, 3, KIND>((a, b), act, row0, oa, ob, prefetch),
-            4 => tile_n::<HALF, 4, KIND>((a, b), act, row0, oa, ob, prefetch),
-            5 => tile_n::<HALF, 5, KIND>((a, b), act, row0, oa, ob, prefetch),
-            6 => tile_n::<HALF, 6, KIND>((a, b), act, row0, oa, ob, prefetch),
-            7 => tile_n::<HALF, 7, KIND>((a, b), act, row0, oa, ob, prefetch),
-            _ => tile_n::<HALF, 8, KIND>((a, b), act, row0, oa, ob, prefetch),
+            1 => tile_n::<W, 1, KIND>((a, b), act, row0, oa, ob, prefetch),
+            2 => tile_n::<W, 2, KIND>((a, b), act, row0, oa, ob, prefetch),
+            3 => tile_n::<W, 3, KIND>((a, b), act, row0, oa, ob, prefetch),
+            4 => tile_n::<W, 4, KIND>((a, b), act, row0, oa, ob, prefetch),
+            5 => tile_n::<W, 5, KIND>((a, b), act, row0, oa, ob, prefetch),
+            6 => tile_n::<W, 6, KIND>((a, b), act, row0, oa, ob, prefetch),
+            7 => tile_n::<W, 7, KIND>((a, b), act, row0, oa, ob, prefetch),
+            _ => tile_n::<W, 8, KIND>((a, b), act, row0, oa, ob, prefetch),
         }
     }
 
@@ -162,16 +165,39 @@ mod imp {
         _mm512_inserti64x4::<1>(low, _mm256_loadu_si256(hi as *const __m256i))
     }
 
-    /// Values `i..i + 8` of `lo` and of `hi` as one f32 register, `lo`'s in the low half
-    /// (`HALF`: both hold f16).
+    /// Two panels' factors (scales, or mins) as the addresses the loads start from, taken once
+    /// a tile rather than matched on every block.
+    #[derive(Clone, Copy)]
+    struct PairFactors {
+        lo: *const u8,
+        hi: *const u8,
+    }
+
+    impl PairFactors {
+        fn of(lo: Factors<'_>, hi: Factors<'_>) -> Self {
+            Self { lo: lo.as_ptr(), hi: hi.as_ptr() }
+        }
+    }
+
+    /// Values `i..i + 8` of the first panel's factors and of the second's as one f32 register,
+    /// the first's in the low half (both of width `W`, `i` a multiple of `PANEL`).
     #[inline(always)]
-    unsafe fn join_factors<const HALF: bool>(lo: Factors<'_>, hi: Factors<'_>, i: usize) -> __m512 {
-        if HALF {
-            let low = _mm256_castsi128_si256(_mm_loadu_si128(lo.as_ptr().add(2 * i) as *const __m128i));
-            let both = _mm256_inserti128_si256::<1>(low, _mm_loadu_si128(hi.as_ptr().add(2 * i) as *const __m128i));
-            _mm512_cvtph_ps(both)
+    unsafe fn join_factors<const W: u8>(f: PairFactors, i: usize) -> __m512 {
+        // 8 f16 values at `lo` and 8 at `hi`.
+        let halves = |lo: *const u8, hi: *const u8| {
+            let low = _mm256_castsi128_si256(_mm_loadu_si128(lo as *const __m128i));
+            _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(low, _mm_loadu_si128(hi as *const __m128i)))
+        };
+        if W == HALF {
+            halves(f.lo.add(2 * i), f.hi.add(2 * i))
+        } else if W == SUB_BLOCK {
+            let (super_at, sub_at) = sub_block_positions(i);
+            let subs = |p: *const u8| std::ptr::read_unaligned(p.add(sub_at) as *const i64);
+            let bytes = _mm_set_epi64x(subs(f.hi), subs(f.lo));
+            let supers = halves(f.lo.add(super_at), f.hi.add(super_at));
+            _mm512_mul_ps(supers, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes)))
         } else {
-            let (lo, hi) = ((lo.as_ptr() as *const f32).add(i), (hi.as_ptr() as *const f32).add(i));
+            let (lo, hi) = ((f.lo as *const f32).add(i), (f.hi as *const f32).add(i));
             let low = _mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(lo)));
             _mm512_castpd_ps(_mm512_insertf64x4::<1>(low, _mm256_castps_pd(_mm256_loadu_ps(hi))))
         }
@@ -183,7 +209,7 @@ mod imp {
     // `r` selects the same row of `dots`, `acc` and the activations in lockstep.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    unsafe fn tile_n<const HALF: bool, const R: usize, const KIND: u8>(
+    unsafe fn tile_n<const W: u8, const R: usize, const KIND: u8>(
         (a, b): (&Panel<'_>, &Panel<'_>),
         act: &QuantizedRows,
         row0: usize,
@@ -199,6 +225,11 @@ mod imp {
         let offsets = act.bias_offsets.as_ptr().add(row0 * nb);
         let low_nibbles = _mm512_set1_epi8(0x0F);
         let mut acc = [_mm512_setzero_ps(); R];
+        let scales = PairFactors::of(a.scales, b.scales);
+        let (mins, stored_mins) = match (a.mins, b.mins) {
+            (Mins::Stored(ma), Mins::Stored(mb)) => (PairFactors::of(ma, mb), true),
+            _ => (scales, false),
+        };
         for blk in 0..nb {
             let wa = a.quants.as_ptr().add(blk * block_bytes);
             let wb = b.quants.as_ptr().add(blk * block_bytes);
@@ -211,14 +242,25 @@ mod imp {
                     _mm_prefetch::<_MM_HINT_T0>(wa.wrapping_add(ahead + line) as *const i8);
                     _mm_prefetch::<_MM_HINT_T0>(wb.wrapping_add(ahead + line) as *const i8);
                 }
-                let s = (blk + PREFETCH_BLOCKS) * PANEL * if HALF { 2 } else { 4 };
-                _mm_prefetch::<_MM_HINT_T0>(a.scales.as_ptr().wrapping_add(s) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(b.scales.as_ptr().wrapping_add(s) as *const i8);
-                if let (Mins::Stored(a), Mins::Stored(b)) = (a.mins, b.mins) {
-                    _mm_prefetch::<_MM_HINT_T0>(a.as_ptr().wrapping_add(s) as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(b.as_ptr().wrapping_add(s) as *const i8);
+                // A `SubBlock` block's u8 factors; its super-block's f16s lead the same record,
+                // at most one line earlier, and the hardware prefetcher follows the record stream.
+                let i = (blk + PREFETCH_BLOCKS) * PANEL;
+                let s = [2 * i, 4 * i, sub_block_positions(i).1][W as usize];
+                _mm_prefetch::<_MM_HINT_T0>(scales.lo.wrapping_add(s) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(scales.hi.wrapping_add(s) as *const i8);
+                if stored_mins {
+                    _mm_prefetch::<_MM_HINT_T0>(mins.lo.wrapping_add(s) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(mins.hi.wrapping_add(s) as *const i8);
                 }
             }
+            // The block's factors before its dot products, so that unpacking them (Q4_K's
+            // sub-block factors take a few registers) never competes with `R` rows of sums.
+            let dw = join_factors::<W>(scales, blk * PANEL);
+            let dm = match a.mins {
+                Mins::Stored(_) => join_factors::<W>(mins, blk * PANEL),
+                Mins::OfScale(k) => _mm512_mul_ps(dw, _mm512_set1_ps(k)),
+                Mins::Absent => _mm512_setzero_ps(),
+            };
             let mut dots = [_mm512_setzero_si512(); R];
             if KIND == SIGNED {
                 // The weights run biased by 128 (below): the sums start from the `-128 *
@@ -268,19 +310,13 @@ mod imp {
                     }
                 }
             }
-            let dw = join_factors::<HALF>(a.scales, b.scales, blk * PANEL);
             for r in 0..R {
                 let scale = _mm512_mul_ps(dw, _mm512_set1_ps(*xs.add(r * nb + blk)));
                 acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[r]), scale, acc[r]);
             }
             if KIND != SIGNED {
-                let mins = match (a.mins, b.mins) {
-                    (Mins::Stored(ma), Mins::Stored(mb)) => join_factors::<HALF>(ma, mb, blk * PANEL),
-                    (Mins::OfScale(k), _) => _mm512_mul_ps(dw, _mm512_set1_ps(k)),
-                    _ => _mm512_setzero_ps(),
-                };
                 for r in 0..R {
-                    acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(*sums.add(r * nb + blk)), mins, acc[r]);
+                    acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(*sums.add(r * nb + blk)), dm, acc[r]);
                 }
             }
         }
@@ -308,10 +344,11 @@ mod tests {
             eprintln!("no AVX-512 VNNI+BW here: the 512-bit kernel is not tested");
             return;
         }
-        let (n, k) = (32, 256);
+        let (n, k) = (32, 512);
         let mut values = xorshift_values(0x9e37_79b9_7f4a_7c15);
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-        // Q4_K's scales stay f32, the others' are f16.
+        // Q4_K keeps its sub-block factoring, the others have f16 scales; k = 512 is two of
+        // Q4_K's super-blocks, so a wrong super-block index shows.
         for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4K] {
             let w = Tensor::from_vec(values(n * k), (n, k), &Device::Cpu).unwrap();
             let packed = PackedWeight::from_qtensor(&QTensor::quantize(&w, dtype).unwrap()).unwrap().unwrap();

@@ -277,7 +277,7 @@ pub(crate) fn xorshift_values(mut seed: u64) -> impl FnMut(usize) -> Vec<f32> {
 pub(crate) fn full_range_signed(out_features: usize, in_features: usize) -> PackedWeight {
     PackedWeight::from_blocks(pack::QuantKind::Signed, None, out_features, in_features, |col, b| {
         let q = std::array::from_fn(|i| ((col * 37 + b * 11 + i * 5) % 256) as u8);
-        (q, 0.01 + (col % 5) as f32 * 0.003 - b as f32 * 0.001, 0.0)
+        formats::Block32 { q, d: 0.01 + (col % 5) as f32 * 0.003 - b as f32 * 0.001, m: 0.0, sub: None }
     })
 }
 

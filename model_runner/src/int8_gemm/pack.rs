@@ -19,8 +19,8 @@ use candle_core::quantized::QTensor;
 
 use candle_core::quantized::GgmlDType;
 
-use super::factors::{FactorVec, Factors};
-use super::formats::{decode, format_of};
+use super::factors::{FactorVec, Factors, SubBlockFactors, SUPER_BLOCKS};
+use super::formats::{decode, format_of, Block32};
 use super::{Int8GemmError, BLOCK, PANEL};
 
 /// How quants are interpreted by the kernel.
@@ -93,8 +93,7 @@ impl PackedWeight {
         let subs = format.block_elems / BLOCK;
         Ok(Some(Self::from_blocks(format.kind, format.min_per_scale, out_features, in_features, |col, b| {
             let start = col * row_bytes + (b / subs) * format.block_bytes;
-            let block = decode(&format, &data[start..start + format.block_bytes], b % subs);
-            (block.q, block.d, block.m)
+            decode(&format, &data[start..start + format.block_bytes], b % subs)
         })))
     }
 
@@ -122,14 +121,15 @@ impl PackedWeight {
         }))
     }
 
-    /// Packs from a per-(column, block) decoder returning `(quants, d, m)`; with
-    /// `min_per_scale` `k`, every `m` is `k * d` and none is stored.
+    /// Packs from a per-(column, block) decoder; with `min_per_scale` `k`, every block's `m` is
+    /// `k * d` and none is stored. Where every block comes with Q4_K's factoring of `d` and `m`
+    /// (and a panel's blocks are whole super-blocks), that factoring is what is stored.
     pub(crate) fn from_blocks(
         kind: QuantKind,
         min_per_scale: Option<f32>,
         out_features: usize,
         in_features: usize,
-        mut block: impl FnMut(usize, usize) -> ([u8; BLOCK], f32, f32),
+        mut block: impl FnMut(usize, usize) -> Block32,
     ) -> Self {
         let blocks = in_features / BLOCK;
         let panels = out_features.div_ceil(PANEL);
@@ -138,10 +138,11 @@ impl PackedWeight {
         let mut scales = vec![0.0f32; panels * blocks * PANEL];
         let stores_mins = kind != QuantKind::Signed && min_per_scale.is_none();
         let mut mins = vec![0.0f32; if stores_mins { scales.len() } else { 0 }];
+        let mut factored = blocks.is_multiple_of(SUPER_BLOCKS).then(|| SubBlockFactors::zeroed(scales.len()));
         for col in 0..out_features {
             let (p, c) = (col / PANEL, col % PANEL);
             for b in 0..blocks {
-                let (q, d, m) = block(col, b);
+                let Block32 { q, d, m, sub } = block(col, b);
                 let at = (p * blocks + b) * PANEL + c;
                 let bytes = (p * blocks + b) * block_bytes;
                 for (j, &v) in q.iter().enumerate() {
@@ -152,9 +153,16 @@ impl PackedWeight {
                 if let Some(slot) = mins.get_mut(at) {
                     *slot = m;
                 }
+                match (&mut factored, sub) {
+                    (Some(factors), Some(sub)) => factors.put(at, &sub),
+                    _ => factored = None,
+                }
             }
         }
-        let (scales, mins) = FactorVec::narrowest(scales, mins);
+        let (scales, mins) = match factored.filter(|_| stores_mins) {
+            Some(factors) => factors.into_vecs(),
+            None => FactorVec::narrowest(scales, mins),
+        };
         let min_per_scale = min_per_scale.filter(|_| kind != QuantKind::Signed);
         Self { kind, out_features, in_features, blocks, quants, scales, mins, min_per_scale }
     }
@@ -299,15 +307,15 @@ fn requantizable(dtype: GgmlDType) -> bool {
 }
 
 /// One 32-element block as Q8_0 does it: `d = max|w| / 127`, `q = round(w / d)`.
-fn quantize_q8_block(w: &[f32]) -> ([u8; BLOCK], f32, f32) {
+fn quantize_q8_block(w: &[f32]) -> Block32 {
     let amax = w.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let mut q = [0u8; BLOCK];
     if amax == 0.0 || !amax.is_finite() {
-        return (q, 0.0, 0.0);
+        return Block32 { q, d: 0.0, m: 0.0, sub: None };
     }
     let d = amax / 127.0;
     for (slot, v) in q.iter_mut().zip(w) {
         *slot = (v / d).round().clamp(-127.0, 127.0) as i8 as u8;
     }
-    (q, d, 0.0)
+    Block32 { q, d, m: 0.0, sub: None }
 }

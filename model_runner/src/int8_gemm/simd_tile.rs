@@ -10,7 +10,7 @@
 use std::arch::x86_64::*;
 
 use super::activation::QuantizedRows;
-use super::factors::Factors;
+use super::factors::{sub_block_positions, Factors, Width};
 use super::pack::{Mins, Panel, QuantKind, NIBBLE_BYTES};
 use super::{BLOCK, PANEL};
 
@@ -70,17 +70,36 @@ pub(super) unsafe fn five_bit_group(wb: *const u8, g: usize) -> __m256i {
     _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(16)))
 }
 
-/// The 8 values from value `i` of `f` as f32 (`HALF`: `f` holds f16).
+/// `factors::Width` as a const generic.
+pub(super) const HALF: u8 = 0;
+pub(super) const SINGLE: u8 = 1;
+pub(super) const SUB_BLOCK: u8 = 2;
+
+/// The const generic of a width.
+pub(super) fn width_code(width: Width) -> u8 {
+    match width {
+        Width::Half => HALF,
+        Width::Single => SINGLE,
+        Width::SubBlock => SUB_BLOCK,
+    }
+}
+
+/// The 8 values from value `i` of `f` as f32, `f` of width `W` (`i` a multiple of `PANEL`).
 ///
 /// # Safety
 ///
-/// F16C, AVX, and `f` holds at least `i + 8` values of the width `HALF` says.
+/// F16C, AVX2, and `f` holds at least `i + 8` values of width `W`.
 #[inline(always)]
-pub(super) unsafe fn factors8<const HALF: bool>(f: Factors<'_>, i: usize) -> __m256 {
-    if HALF {
+pub(super) unsafe fn factors8<const W: u8>(f: Factors<'_>, i: usize) -> __m256 {
+    if W == HALF {
         _mm256_cvtph_ps(_mm_loadu_si128(f.as_ptr().add(2 * i) as *const __m128i))
-    } else {
+    } else if W == SINGLE {
         _mm256_loadu_ps((f.as_ptr() as *const f32).add(i))
+    } else {
+        let (super_at, sub_at) = sub_block_positions(i);
+        let subs = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(f.as_ptr().add(sub_at) as *const __m128i)));
+        let supers = _mm256_cvtph_ps(_mm_loadu_si128(f.as_ptr().add(super_at) as *const __m128i));
+        _mm256_mul_ps(supers, subs)
     }
 }
 
@@ -98,19 +117,21 @@ pub(super) unsafe fn tile_rows<D: BlockDot>(
     n: usize,
     o: &mut [f32],
 ) {
-    match (panel.scales.is_half(), panel.kind) {
-        (true, QuantKind::Nibble) => tile_height::<D, true, NIBBLE>(panel, act, row0, n, o),
-        (true, QuantKind::Unsigned) => tile_height::<D, true, UNSIGNED>(panel, act, row0, n, o),
-        (true, QuantKind::Signed) => tile_height::<D, true, SIGNED>(panel, act, row0, n, o),
-        (false, QuantKind::Nibble) => tile_height::<D, false, NIBBLE>(panel, act, row0, n, o),
-        (false, QuantKind::Unsigned) => tile_height::<D, false, UNSIGNED>(panel, act, row0, n, o),
-        (false, QuantKind::Signed) => tile_height::<D, false, SIGNED>(panel, act, row0, n, o),
+    match (width_code(panel.scales.width()), panel.kind) {
+        (HALF, QuantKind::Nibble) => tile_height::<D, HALF, NIBBLE>(panel, act, row0, n, o),
+        (HALF, QuantKind::Unsigned) => tile_height::<D, HALF, UNSIGNED>(panel, act, row0, n, o),
+        (HALF, QuantKind::Signed) => tile_height::<D, HALF, SIGNED>(panel, act, row0, n, o),
+        (SINGLE, QuantKind::Nibble) => tile_height::<D, SINGLE, NIBBLE>(panel, act, row0, n, o),
+        (SINGLE, QuantKind::Unsigned) => tile_height::<D, SINGLE, UNSIGNED>(panel, act, row0, n, o),
+        (SINGLE, QuantKind::Signed) => tile_height::<D, SINGLE, SIGNED>(panel, act, row0, n, o),
+        // Only Q4_K is packed with sub-block factors (`in_bounds` checks it is `Nibble`).
+        _ => tile_height::<D, SUB_BLOCK, NIBBLE>(panel, act, row0, n, o),
     }
 }
 
 /// `tile_rows` for one scale width and kind: `n` rows as a const.
 #[inline(always)]
-unsafe fn tile_height<D: BlockDot, const HALF: bool, const KIND: u8>(
+unsafe fn tile_height<D: BlockDot, const W: u8, const KIND: u8>(
     panel: &Panel<'_>,
     act: &QuantizedRows,
     row0: usize,
@@ -118,10 +139,10 @@ unsafe fn tile_height<D: BlockDot, const HALF: bool, const KIND: u8>(
     o: &mut [f32],
 ) {
     match n {
-        1 => tile_n::<D, HALF, 1, KIND>(panel, act, row0, o),
-        2 => tile_n::<D, HALF, 2, KIND>(panel, act, row0, o),
-        3 => tile_n::<D, HALF, 3, KIND>(panel, act, row0, o),
-        _ => tile_n::<D, HALF, 4, KIND>(panel, act, row0, o),
+        1 => tile_n::<D, W, 1, KIND>(panel, act, row0, o),
+        2 => tile_n::<D, W, 2, KIND>(panel, act, row0, o),
+        3 => tile_n::<D, W, 3, KIND>(panel, act, row0, o),
+        _ => tile_n::<D, W, 4, KIND>(panel, act, row0, o),
     }
 }
 
@@ -131,7 +152,7 @@ unsafe fn tile_height<D: BlockDot, const HALF: bool, const KIND: u8>(
 // `r` selects the same row of `dots`, `acc` and the activations in lockstep.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-unsafe fn tile_n<D: BlockDot, const HALF: bool, const R: usize, const KIND: u8>(
+unsafe fn tile_n<D: BlockDot, const W: u8, const R: usize, const KIND: u8>(
     panel: &Panel<'_>,
     act: &QuantizedRows,
     row0: usize,
@@ -146,21 +167,23 @@ unsafe fn tile_n<D: BlockDot, const HALF: bool, const R: usize, const KIND: u8>(
     let wq = panel.quants.as_ptr();
     let mut acc = [_mm256_setzero_ps(); R];
     for b in 0..nb {
+        // The block's factors before its dot products, so that unpacking them (Q4_K's sub-block
+        // factors take a few registers) never competes with `R` rows of sums.
+        let dw = factors8::<W>(panel.scales, b * PANEL);
+        let dm = match panel.mins {
+            Mins::Stored(mins) => factors8::<W>(mins, b * PANEL),
+            Mins::OfScale(k) => _mm256_mul_ps(dw, _mm256_set1_ps(k)),
+            Mins::Absent => _mm256_setzero_ps(),
+        };
         let dots =
             D::dots::<R, KIND>(wq.add(b * block_bytes), |r| xq.add(r * k + b * BLOCK), |r| offsets.add(r * nb + b));
-        let dw = factors8::<HALF>(panel.scales, b * PANEL);
         for r in 0..R {
             let scale = _mm256_mul_ps(dw, _mm256_set1_ps(*xs.add(r * nb + b)));
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[r]), scale, acc[r]);
         }
         if KIND != SIGNED {
-            let mins = match panel.mins {
-                Mins::Stored(mins) => factors8::<HALF>(mins, b * PANEL),
-                Mins::OfScale(k) => _mm256_mul_ps(dw, _mm256_set1_ps(k)),
-                Mins::Absent => _mm256_setzero_ps(),
-            };
             for r in 0..R {
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(*sums.add(r * nb + b)), mins, acc[r]);
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(*sums.add(r * nb + b)), dm, acc[r]);
             }
         }
     }
