@@ -133,7 +133,7 @@ impl Factors<'_> {
         match self {
             Factors::Half(_) => Width::Half,
             Factors::Single(_) => Width::Single,
-            Factors::SubBlock { .. } => Width::SubBlock,
+            Factors::SubBlock(_) => Width::SubBlock,
         }
     }
 

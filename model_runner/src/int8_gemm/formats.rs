@@ -59,8 +59,12 @@ pub(crate) fn format_of(dtype: GgmlDType) -> Option<Format> {
     Some(Format { dtype, kind, block_elems, block_bytes, min_per_scale })
 }
 
+fn f16_at(b: &[u8], at: usize) -> f16 {
+    f16::from_le_bytes([b[at], b[at + 1]])
+}
+
 fn half(b: &[u8], at: usize) -> f32 {
-    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+    f16_at(b, at).to_f32()
 }
 
 /// Nibbles as GGML stores them in 32-element blocks: low nibbles are elements 0..16, high 16..32.
@@ -115,7 +119,7 @@ pub(crate) fn decode(format: &Format, b: &[u8], sub: usize) -> Block32 {
         // Q4K (the only other format `format_of` admits): 8 sub-blocks of 32; each 64-element
         // chunk shares 32 bytes, low nibbles for the even sub-block and high for the odd one.
         _ => {
-            let (d_super, dmin_super) = (f16::from_le_bytes([b[0], b[1]]), f16::from_le_bytes([b[2], b[3]]));
+            let (d_super, dmin_super) = (f16_at(b, 0), f16_at(b, 2));
             let (d, dmin) = (d_super.to_f32(), dmin_super.to_f32());
             let (sc, mn) = scale_min_k4(sub, &b[4..16]);
             let qs = &b[16 + 32 * (sub / 2)..16 + 32 * (sub / 2) + 32];

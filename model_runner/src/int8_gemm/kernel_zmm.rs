@@ -226,9 +226,9 @@ mod imp {
         let low_nibbles = _mm512_set1_epi8(0x0F);
         let mut acc = [_mm512_setzero_ps(); R];
         let scales = PairFactors::of(a.scales, b.scales);
-        let (mins, stored_mins) = match (a.mins, b.mins) {
-            (Mins::Stored(ma), Mins::Stored(mb)) => (PairFactors::of(ma, mb), true),
-            _ => (scales, false),
+        let stored_mins = match (a.mins, b.mins) {
+            (Mins::Stored(ma), Mins::Stored(mb)) => Some(PairFactors::of(ma, mb)),
+            _ => None,
         };
         for blk in 0..nb {
             let wa = a.quants.as_ptr().add(blk * block_bytes);
@@ -245,10 +245,16 @@ mod imp {
                 // A `SubBlock` block's u8 factors; its super-block's f16s lead the same record,
                 // at most one line earlier, and the hardware prefetcher follows the record stream.
                 let i = (blk + PREFETCH_BLOCKS) * PANEL;
-                let s = [2 * i, 4 * i, sub_block_positions(i).1][W as usize];
+                let s = if W == HALF {
+                    2 * i
+                } else if W == SINGLE {
+                    4 * i
+                } else {
+                    sub_block_positions(i).1
+                };
                 _mm_prefetch::<_MM_HINT_T0>(scales.lo.wrapping_add(s) as *const i8);
                 _mm_prefetch::<_MM_HINT_T0>(scales.hi.wrapping_add(s) as *const i8);
-                if stored_mins {
+                if let Some(mins) = stored_mins {
                     _mm_prefetch::<_MM_HINT_T0>(mins.lo.wrapping_add(s) as *const i8);
                     _mm_prefetch::<_MM_HINT_T0>(mins.hi.wrapping_add(s) as *const i8);
                 }
@@ -256,10 +262,10 @@ mod imp {
             // The block's factors before its dot products, so that unpacking them (Q4_K's
             // sub-block factors take a few registers) never competes with `R` rows of sums.
             let dw = join_factors::<W>(scales, blk * PANEL);
-            let dm = match a.mins {
-                Mins::Stored(_) => join_factors::<W>(mins, blk * PANEL),
-                Mins::OfScale(k) => _mm512_mul_ps(dw, _mm512_set1_ps(k)),
-                Mins::Absent => _mm512_setzero_ps(),
+            let dm = match (stored_mins, a.mins) {
+                (Some(mins), _) => join_factors::<W>(mins, blk * PANEL),
+                (None, Mins::OfScale(k)) => _mm512_mul_ps(dw, _mm512_set1_ps(k)),
+                (None, _) => _mm512_setzero_ps(),
             };
             let mut dots = [_mm512_setzero_si512(); R];
             if KIND == SIGNED {
