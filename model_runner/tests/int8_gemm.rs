@@ -100,6 +100,7 @@ fn other_supported_formats_match_dense_recomputation() {
         check_against_dense(dtype, 21, 128, 5);
     }
     check_against_dense(GgmlDType::Q4K, 22, 512, 5);
+    check_against_dense(GgmlDType::Q5K, 22, 512, 5);
 }
 
 /// Q6_K (Qwen2.5's lm_head, half its v/down projections) is re-quantized to 8 bits per 32
@@ -143,8 +144,8 @@ fn unsupported_formats_are_declined_not_misread() {
 /// Packed weights are as compact as the GGUF's blocks, which is what a batch-1 step streams: a
 /// 32-element block's quants at their own width (Q5_0's fifth bits apart from its nibbles),
 /// plus its scale and min in f16 where the GGUF has them in f16, no min at all where the format
-/// derives it from the scale (Q4_0's -8d, Q5_0's -16d), and Q4_K's scales and mins as Q4_K
-/// factors them (a u8 each per 32 elements, times an f16 each per 256: the GGUF's 6-bit
+/// derives it from the scale (Q4_0's -8d, Q5_0's -16d), and Q4_K's and Q5_K's scales and mins
+/// as they factor them (a u8 each per 32 elements, times an f16 each per 256: the GGUF's 6-bit
 /// integers take a byte). Re-quantized Q6_K keeps an f32 scale per 32.
 #[test]
 fn packed_weights_are_as_compact_as_the_gguf() {
@@ -158,6 +159,7 @@ fn packed_weights_are_as_compact_as_the_gguf() {
         (GgmlDType::Q5_1, 8 * (16 + 4 + 2 + 2)),
         (GgmlDType::Q8_0, 8 * (32 + 2)),
         (GgmlDType::Q4K, 8 * (16 + 1 + 1) + 2 + 2),
+        (GgmlDType::Q5K, 8 * (16 + 4 + 1 + 1) + 2 + 2),
         (GgmlDType::Q6K, 8 * (32 + 4)),
     ] {
         let packed = PackedWeight::from_qtensor(&quantized(dtype, n, k, 7)).unwrap().unwrap();
@@ -173,13 +175,21 @@ fn wrong_activation_length_is_an_error() {
 }
 
 /// 512-bit VNNI (`Auto` where the CPU has AVX-512 VNNI), 256-bit VNNI (`Vnni256` where it has
-/// VNNI), AVX2 and the scalar kernel give the same bits, for each packed kind (nibble: Q4_1,
-/// Q4_K; unsigned: Q5_0, Q6_K; signed: Q8_0), every tile height (11 rows = 4 + 4 + 3), and an
+/// VNNI), AVX2 and the scalar kernel give the same bits, for each packed kind (nibble: Q4_0,
+/// Q4_1, Q4_K; unsigned: Q5_0, Q5_K; signed: Q8_0, re-quantized Q6_K), every tile height (11 rows = 4 + 4 + 3), and an
 /// odd panel count (37 columns: 4 pairs and a last panel alone, 5 columns wide).
 #[test]
 fn every_kernel_is_bit_identical() {
     eprintln!("Backend::Auto runs the {} kernel here", auto_kernel_name());
-    for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q4K, GgmlDType::Q5_0, GgmlDType::Q6K, GgmlDType::Q8_0] {
+    for dtype in [
+        GgmlDType::Q4_0,
+        GgmlDType::Q4_1,
+        GgmlDType::Q4K,
+        GgmlDType::Q5_0,
+        GgmlDType::Q5K,
+        GgmlDType::Q6K,
+        GgmlDType::Q8_0,
+    ] {
         let (n, k, rows) = (37, 512, 11);
         let packed = PackedWeight::from_qtensor(&quantized(dtype, n, k, 3)).unwrap().unwrap();
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();

@@ -3,9 +3,10 @@
 //! (signed `i8`).
 //!
 //! Every supported format maps exactly (no re-quantization): the f16 scales widen to f32 and
-//! Q4_K's 6-bit sub-block scales multiply into them without rounding (11 + 6 bits fit in f32's
-//! 24-bit mantissa). Q6_K's 16-element sub-blocks do not fit a 32-element block with one scale:
-//! `pack.rs` re-quantizes it (and the other K-quants) to 8 bits instead of decoding it here.
+//! Q4_K's and Q5_K's 6-bit sub-block scales multiply into them without rounding (11 + 6 bits
+//! fit in f32's 24-bit mantissa). Q6_K's 16-element sub-blocks do not fit a 32-element block
+//! with one scale: `pack.rs` re-quantizes it (and Q2_K, Q3_K) to 8 bits instead of decoding it
+//! here.
 
 use candle_core::quantized::GgmlDType;
 use half::f16;
@@ -18,12 +19,12 @@ pub(crate) struct Block32 {
     pub q: [u8; BLOCK],
     pub d: f32,
     pub m: f32,
-    /// Q4_K's factoring of `d` and `m`.
+    /// Q4_K's and Q5_K's factoring of `d` and `m`.
     pub sub: Option<SubScales>,
 }
 
-/// `d = d_super * sc` and `m = -(dmin_super * mn)`, as Q4_K stores them: an f16 pair per
-/// 256 elements and 6-bit integers per 32.
+/// `d = d_super * sc` and `m = -(dmin_super * mn)`, as Q4_K and Q5_K store them: an f16 pair
+/// per 256 elements and 6-bit integers per 32.
 pub(crate) struct SubScales {
     pub d_super: f16,
     pub sc: u8,
@@ -50,6 +51,7 @@ pub(crate) fn format_of(dtype: GgmlDType) -> Option<Format> {
         GgmlDType::Q5_1 => (QuantKind::Unsigned, 32, 24, None),
         GgmlDType::Q8_0 => (QuantKind::Signed, 32, 34, None),
         GgmlDType::Q4K => (QuantKind::Nibble, 256, 144, None),
+        GgmlDType::Q5K => (QuantKind::Unsigned, 256, 176, None),
         _ => return None,
     };
     // Guard against a candle version whose block layout differs from the one decoded here.
@@ -116,16 +118,23 @@ pub(crate) fn decode(format: &Format, b: &[u8], sub: usize) -> Block32 {
             q.copy_from_slice(&b[2..34]);
             Block32 { q, d: half(b, 0), m: 0.0, sub: None }
         }
-        // Q4K (the only other format `format_of` admits): 8 sub-blocks of 32; each 64-element
-        // chunk shares 32 bytes, low nibbles for the even sub-block and high for the odd one.
+        // Q4_K and Q5_K (the other formats `format_of` admits): 8 sub-blocks of 32; each
+        // 64-element chunk shares 32 bytes of nibbles, low for the even sub-block and high for
+        // the odd one. Q5_K's fifth bits: bit `sub` of byte `l` of its 32-byte plane belongs to
+        // element `l` of sub-block `sub`.
         _ => {
             let (d_super, dmin_super) = (f16_at(b, 0), f16_at(b, 2));
             let (d, dmin) = (d_super.to_f32(), dmin_super.to_f32());
             let (sc, mn) = scale_min_k4(sub, &b[4..16]);
-            let qs = &b[16 + 32 * (sub / 2)..16 + 32 * (sub / 2) + 32];
+            let (fifth_bits, nibbles_at) =
+                if format.dtype == GgmlDType::Q5K { (Some(&b[16..48]), 48) } else { (None, 16) };
+            let qs = &b[nibbles_at + 32 * (sub / 2)..nibbles_at + 32 * (sub / 2) + 32];
             let mut q = [0u8; BLOCK];
-            for (v, &byte) in q.iter_mut().zip(qs) {
+            for (l, (v, &byte)) in q.iter_mut().zip(qs).enumerate() {
                 *v = if sub.is_multiple_of(2) { byte & 0x0F } else { byte >> 4 };
+                if let Some(plane) = fifth_bits {
+                    *v |= (plane[l] >> sub & 1) << 4;
+                }
             }
             let factoring = SubScales { d_super, sc, dmin_super, mn };
             Block32 { q, d: d * sc as f32, m: -(dmin * mn as f32), sub: Some(factoring) }

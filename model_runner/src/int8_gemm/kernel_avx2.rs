@@ -66,7 +66,7 @@ pub(super) fn in_bounds(panel: &Panel<'_>, act: &QuantizedRows, row0: usize, row
         && act.in_features == nb * BLOCK
         && panel.quants.len() == nb * panel.kind.panel_block_bytes()
         && panel.scales.holds(nb * PANEL)
-        && (panel.scales.width() != Width::SubBlock || panel.kind == QuantKind::Nibble)
+        && (panel.scales.width() != Width::SubBlock || panel.kind != QuantKind::Signed)
         && match panel.mins {
             Mins::Absent => panel.kind == QuantKind::Signed,
             Mins::Stored(mins) => {

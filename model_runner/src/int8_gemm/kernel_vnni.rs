@@ -169,8 +169,10 @@ mod tests {
                 eprintln!("{isa:?}: not on this CPU, not tested");
                 continue;
             }
-            // Q4_K's scales stay f32, the others' are f16.
-            for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4K] {
+            // Q4_K and Q5_K keep their sub-block factoring, the others have f16 scales.
+            for dtype in
+                [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q5K]
+            {
                 let w = Tensor::from_vec(values(n * k), (n, k), &Device::Cpu).unwrap();
                 let packed = PackedWeight::from_qtensor(&QTensor::quantize(&w, dtype).unwrap()).unwrap().unwrap();
                 for rows in 1..=5 {

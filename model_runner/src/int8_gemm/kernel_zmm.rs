@@ -124,7 +124,10 @@ mod imp {
             (SINGLE, QuantKind::Nibble) => tile_height::<SINGLE, NIBBLE>(pair, act, row0, n, oa, ob, prefetch),
             (SINGLE, QuantKind::Unsigned) => tile_height::<SINGLE, UNSIGNED>(pair, act, row0, n, oa, ob, prefetch),
             (SINGLE, QuantKind::Signed) => tile_height::<SINGLE, SIGNED>(pair, act, row0, n, oa, ob, prefetch),
-            // Only Q4_K is packed with sub-block factors (`in_bounds` checks it is `Nibble`).
+            // Q4_K and Q5_K are packed with sub-block factors (`in_bounds` checks which kinds).
+            (SUB_BLOCK, QuantKind::Unsigned) => {
+                tile_height::<SUB_BLOCK, UNSIGNED>(pair, act, row0, n, oa, ob, prefetch)
+            }
             _ => tile_height::<SUB_BLOCK, NIBBLE>(pair, act, row0, n, oa, ob, prefetch),
         }
     }
@@ -353,9 +356,11 @@ mod tests {
         let (n, k) = (32, 512);
         let mut values = xorshift_values(0x9e37_79b9_7f4a_7c15);
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-        // Q4_K keeps its sub-block factoring, the others have f16 scales; k = 512 is two of
-        // Q4_K's super-blocks, so a wrong super-block index shows.
-        for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4K] {
+        // Q4_K and Q5_K keep their sub-block factoring, the others have f16 scales; k = 512 is
+        // two super-blocks, so a wrong super-block index shows.
+        for dtype in
+            [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q5K]
+        {
             let w = Tensor::from_vec(values(n * k), (n, k), &Device::Cpu).unwrap();
             let packed = PackedWeight::from_qtensor(&QTensor::quantize(&w, dtype).unwrap()).unwrap().unwrap();
             for rows in 1..=9 {

@@ -124,7 +124,8 @@ pub(super) unsafe fn tile_rows<D: BlockDot>(
         (SINGLE, QuantKind::Nibble) => tile_height::<D, SINGLE, NIBBLE>(panel, act, row0, n, o),
         (SINGLE, QuantKind::Unsigned) => tile_height::<D, SINGLE, UNSIGNED>(panel, act, row0, n, o),
         (SINGLE, QuantKind::Signed) => tile_height::<D, SINGLE, SIGNED>(panel, act, row0, n, o),
-        // Only Q4_K is packed with sub-block factors (`in_bounds` checks it is `Nibble`).
+        // Q4_K and Q5_K are packed with sub-block factors (`in_bounds` checks which kinds).
+        (SUB_BLOCK, QuantKind::Unsigned) => tile_height::<D, SUB_BLOCK, UNSIGNED>(panel, act, row0, n, o),
         _ => tile_height::<D, SUB_BLOCK, NIBBLE>(panel, act, row0, n, o),
     }
 }
