@@ -17,13 +17,15 @@ use candle_core::{Device, Tensor};
 use entrobatch::model_runner::int8_gemm::{auto_kernel_name, matmul_with, Backend, PackedWeight};
 
 /// (model, name, out, in, dtype).
-const SHAPES: [(&str, &str, usize, usize, GgmlDType); 7] = [
+const SHAPES: [(&str, &str, usize, usize, GgmlDType); 8] = [
     ("smollm2", "gate/up 1536x576", 1536, 576, GgmlDType::Q4_1),
     ("smollm2", "down 576x1536", 576, 1536, GgmlDType::Q4_1),
     ("smollm2", "lm_head 49152x576", 49152, 576, GgmlDType::Q8_0),
     ("qwen", "gate/up 4864x896", 4864, 896, GgmlDType::Q5_0),
     ("qwen", "down q4k 896x4864", 896, 4864, GgmlDType::Q4K),
     ("qwen", "down q6k 896x4864", 896, 4864, GgmlDType::Q6K),
+    // Q5_K_M GGUFs' downs (a 4864-wide row is whole super-blocks; 896-wide ones fall back to Q5_1).
+    ("qwen", "down q5k 896x4864", 896, 4864, GgmlDType::Q5K),
     ("qwen", "lm_head 151936x896", 151936, 896, GgmlDType::Q8_0),
 ];
 

@@ -17,8 +17,8 @@ pub enum MatmulMode {
     /// Keep an f32 copy of every weight and run a GEMM once a step has at least `min_rows`
     /// rows, amortising weight decoding over the rows; fewer rows keep the quantized GEMV.
     DenseAbove { min_rows: usize },
-    /// Repack quantized weights at load (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K exactly; Q2_K/Q3_K/
-    /// Q5_K/Q6_K re-quantized to 8 bits per 32 elements) and run the int8 kernel of
+    /// Repack quantized weights at load (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K exactly; Q2_K/
+    /// Q3_K/Q6_K re-quantized to 8 bits per 32 elements) and run the int8 kernel of
     /// `int8_gemm` for every row count: weight decoding is amortised over the rows of a step,
     /// and each row's result is bit-identical whatever else is in the batch. Other formats
     /// (f16, f32) keep candle's matmul.

@@ -103,7 +103,7 @@ fn other_supported_formats_match_dense_recomputation() {
     check_against_dense(GgmlDType::Q5K, 22, 512, 5);
 }
 
-/// Q6_K (Qwen2.5's lm_head, half its v/down projections) is re-quantized to 8 bits per 32
+/// Q6_K (half of Qwen2.5-Coder Q4_K_M's down projections) is re-quantized to 8 bits per 32
 /// elements: each packed weight lies within half a Q8 step (max|block| / 254) of candle's own
 /// Q6_K decoding, and the kernel multiplies exactly those packed weights.
 #[test]
@@ -176,8 +176,9 @@ fn wrong_activation_length_is_an_error() {
 
 /// 512-bit VNNI (`Auto` where the CPU has AVX-512 VNNI), 256-bit VNNI (`Vnni256` where it has
 /// VNNI), AVX2 and the scalar kernel give the same bits, for each packed kind (nibble: Q4_0,
-/// Q4_1, Q4_K; unsigned: Q5_0, Q5_K; signed: Q8_0, re-quantized Q6_K), every tile height (11 rows = 4 + 4 + 3), and an
-/// odd panel count (37 columns: 4 pairs and a last panel alone, 5 columns wide).
+/// Q4_1, Q4_K; unsigned: Q5_0, Q5_K; signed: Q8_0, re-quantized Q6_K), every tile height (11
+/// rows = 4 + 4 + 3), and an odd panel count (37 columns: 4 pairs and a last panel alone, 5
+/// columns wide).
 #[test]
 fn every_kernel_is_bit_identical() {
     eprintln!("Backend::Auto runs the {} kernel here", auto_kernel_name());
