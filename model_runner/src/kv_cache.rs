@@ -1,4 +1,5 @@
 use half::f16;
+use half::vec::HalfBitsVecExt;
 
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
@@ -65,7 +66,12 @@ impl LayerKv {
     fn zeros(dtype: KvDtype, len: usize) -> Self {
         match dtype {
             KvDtype::F32 => LayerKv::F32(KvValues { k: vec![0.0; len], v: vec![0.0; len] }),
-            KvDtype::F16 => LayerKv::F16(KvValues { k: vec![f16::ZERO; len], v: vec![f16::ZERO; len] }),
+            // Zero bits from the allocator (as `vec![0.0; len]` gets for f32): pages the pool
+            // never uses are never written, where `vec![f16::ZERO; len]` wrote all of them at
+            // start-up.
+            KvDtype::F16 => {
+                LayerKv::F16(KvValues { k: vec![0u16; len].reinterpret_into(), v: vec![0u16; len].reinterpret_into() })
+            }
         }
     }
 
