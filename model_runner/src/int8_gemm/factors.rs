@@ -4,9 +4,9 @@
 //! The GGML formats with f16 block scales (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) keep 2 bytes per value:
 //! widening f16 to f32 is exact, so the kernels compute the same bits as from f32 (Q4_0's and
 //! Q5_0's mins are not stored at all, `pack::Mins::OfScale`). Q4_K's and Q5_K's scales and mins
-//! are an f16 per 256 elements times a 6-bit integer per 32; they keep that factoring (`SubBlock`: the f16s
-//! and a byte per integer), and the kernels multiply the two in f32, which is exact and so gives
-//! the bits of the product. Re-quantized scales need f32. A batch-1 decode step streams every
+//! are an f16 per 256 elements times a 6-bit integer per 32; they keep that factoring
+//! (`SubBlock`: the f16s and a byte per integer), and the kernels multiply the two in f32, which
+//! is exact and so gives the bits of the product. Re-quantized scales need f32. A batch-1 decode step streams every
 //! weight byte from memory: a 4-bit weight's scales and mins take 0.75 bytes per weight in f32,
 //! 0.625 in f16 and 0.58 factored, against 4 bits (0.5 bytes) of quants.
 
@@ -23,7 +23,8 @@ pub(crate) const SUPER_BLOCKS: usize = 8;
 /// panel for them, as for the other widths.
 pub(crate) const SUPER_BYTES: usize = 2 * PANEL + SUPER_BLOCKS * PANEL;
 
-/// A weight's values: all f16, all f32, or (Q4_K, Q5_K) a u8 per value times an f16 per super-block.
+/// A weight's values: all f16, all f32, or (Q4_K, Q5_K) a u8 per value times an f16 per
+/// super-block.
 pub(crate) enum FactorVec {
     Half(Vec<f16>),
     Single(Vec<f32>),

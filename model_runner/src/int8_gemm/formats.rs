@@ -126,14 +126,16 @@ pub(crate) fn decode(format: &Format, b: &[u8], sub: usize) -> Block32 {
             let (d_super, dmin_super) = (f16_at(b, 0), f16_at(b, 2));
             let (d, dmin) = (d_super.to_f32(), dmin_super.to_f32());
             let (sc, mn) = scale_min_k4(sub, &b[4..16]);
-            let (fifth_bits, nibbles_at) =
-                if format.dtype == GgmlDType::Q5K { (Some(&b[16..48]), 48) } else { (None, 16) };
+            let five_bits = format.dtype == GgmlDType::Q5K;
+            let nibbles_at = if five_bits { 48 } else { 16 };
             let qs = &b[nibbles_at + 32 * (sub / 2)..nibbles_at + 32 * (sub / 2) + 32];
             let mut q = [0u8; BLOCK];
-            for (l, (v, &byte)) in q.iter_mut().zip(qs).enumerate() {
+            for (v, &byte) in q.iter_mut().zip(qs) {
                 *v = if sub.is_multiple_of(2) { byte & 0x0F } else { byte >> 4 };
-                if let Some(plane) = fifth_bits {
-                    *v |= (plane[l] >> sub & 1) << 4;
+            }
+            if five_bits {
+                for (v, &plane) in q.iter_mut().zip(&b[16..48]) {
+                    *v |= (plane >> sub & 1) << 4;
                 }
             }
             let factoring = SubScales { d_super, sc, dmin_super, mn };

@@ -26,7 +26,8 @@ use super::{Int8GemmError, BLOCK, PANEL};
 /// How quants are interpreted by the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QuantKind {
-    /// `w = d * q + m`, `q` in `0..=31` (Q5_0, Q5_1, Q5_K): `Nibble`'s layout plus a fifth-bit plane.
+    /// `w = d * q + m`, `q` in `0..=31` (Q5_0, Q5_1, Q5_K): `Nibble`'s layout plus a fifth-bit
+    /// plane.
     Unsigned,
     /// `w = d * q + m`, `q` in `0..=15`, two columns per byte (Q4_0, Q4_1, Q4_K).
     Nibble,
@@ -122,8 +123,9 @@ impl PackedWeight {
     }
 
     /// Packs from a per-(column, block) decoder; with `min_per_scale` `k`, every block's `m` is
-    /// `k * d` and none is stored. Where every block comes with Q4_K's (or Q5_K's) factoring of `d` and `m`
-    /// (and a panel's blocks are whole super-blocks), that factoring is what is stored.
+    /// `k * d` and none is stored. Where every block comes with Q4_K's (or Q5_K's) factoring of
+    /// `d` and `m` (and a panel's blocks are whole super-blocks), that factoring is what is
+    /// stored.
     pub(crate) fn from_blocks(
         kind: QuantKind,
         min_per_scale: Option<f32>,
