@@ -88,7 +88,8 @@ const SCAN_CHUNK: usize = 256;
 
 /// The index of the first NaN or infinity in `row`, if any: branch-free within each chunk so
 /// the pass vectorizes; the search for the culprit runs only in a bad chunk. The one check of
-/// logits, shared by `sample_row` and the engine's check of every strategy's rows.
+/// logits, shared by `sample_row`, `entropix_sample` and the engine's check of every
+/// strategy's rows.
 pub fn first_non_finite(row: &[f32]) -> Option<usize> {
     let (c, chunk) =
         row.chunks(SCAN_CHUNK).enumerate().find(|(_, chunk)| !chunk.iter().fold(true, |ok, v| ok & v.is_finite()))?;

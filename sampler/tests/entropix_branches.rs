@@ -6,6 +6,7 @@ use entrobatch_sampler::entropix::{
     attention_stats, candidate_score, entropix_sample, AdaptiveScore, AttentionStats, Branch, EntropixConfig,
     EntropixInput,
 };
+use entrobatch_sampler::SamplerError;
 
 /// Logits whose softmax is exactly `probs` (up to f32 rounding).
 fn logits_of(probs: &[f64]) -> Vec<f32> {
@@ -287,6 +288,18 @@ fn penalised_logits_are_drawn_from_but_metrics_use_the_raw_row() {
     assert_eq!(d.branch, Branch::Argmax);
     assert_ne!(d.token_id, 42);
     assert!(d.logit.entropy < 0.1);
+}
+
+/// A NaN or infinite raw logit is an error naming its index, wherever it falls in the row
+/// (the scan goes a chunk at a time, so one in a later chunk must be found too), never a token.
+#[test]
+fn non_finite_logits_are_rejected_with_their_index() {
+    for (bad, value) in [(0, f32::NAN), (300, f32::INFINITY), (999, f32::NEG_INFINITY)] {
+        let mut logits = vec![0.5f32; 1000];
+        logits[bad] = value;
+        let got = entropix_sample(&input(&logits, hand_attention(), 0), &EntropixConfig::default());
+        assert_eq!(got.map(|d| d.token_id), Err(SamplerError::NonFiniteLogits { index: bad }), "{value} at {bad}");
+    }
 }
 
 #[test]

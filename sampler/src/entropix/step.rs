@@ -9,6 +9,7 @@ use super::shortlist::draw_one;
 use crate::error::SamplerError;
 use crate::filter::{argmax, FilterConfig};
 use crate::rng::uniform;
+use crate::sampler::first_non_finite;
 
 /// Everything one step of one sequence needs.
 #[derive(Clone, Copy)]
@@ -51,7 +52,7 @@ pub fn entropix_sample(input: &EntropixInput<'_>, cfg: &EntropixConfig) -> Resul
     if logits.is_empty() {
         return Err(SamplerError::EmptyLogits);
     }
-    if let Some(index) = logits.iter().position(|l| !l.is_finite()) {
+    if let Some(index) = first_non_finite(logits) {
         return Err(SamplerError::NonFiniteLogits { index });
     }
     let draw_logits = input.penalised.unwrap_or(logits);
