@@ -61,13 +61,19 @@ struct RowScan {
     argmax: u32,
 }
 
-fn scan_logits(logits: &[f32]) -> Result<RowScan, SamplerError> {
+/// A row of logits a sampler may draw from: not empty, and no NaN or infinity.
+pub(crate) fn check_row(logits: &[f32]) -> Result<(), SamplerError> {
     if logits.is_empty() {
         return Err(SamplerError::EmptyLogits);
     }
-    if let Some(index) = first_non_finite(logits) {
-        return Err(SamplerError::NonFiniteLogits { index });
+    match first_non_finite(logits) {
+        Some(index) => Err(SamplerError::NonFiniteLogits { index }),
+        None => Ok(()),
     }
+}
+
+fn scan_logits(logits: &[f32]) -> Result<RowScan, SamplerError> {
+    check_row(logits)?;
     // Chunk maxima vectorize (a row is up to 152K values, 64 rows a step); the first chunk
     // holding the maximum then gives the lowest index among ties, as a scalar scan with a
     // strict `>` would.
@@ -88,8 +94,8 @@ const SCAN_CHUNK: usize = 256;
 
 /// The index of the first NaN or infinity in `row`, if any: branch-free within each chunk so
 /// the pass vectorizes; the search for the culprit runs only in a bad chunk. The one check of
-/// logits, shared by `sample_row`, `entropix_sample` and the engine's check of every
-/// strategy's rows.
+/// logits, shared by `check_row` (`sample_row`, `entropix_sample`) and the engine's check of
+/// every strategy's rows.
 pub fn first_non_finite(row: &[f32]) -> Option<usize> {
     let (c, chunk) =
         row.chunks(SCAN_CHUNK).enumerate().find(|(_, chunk)| !chunk.iter().fold(true, |ok, v| ok & v.is_finite()))?;

@@ -6,9 +6,9 @@
 //! Q5_0's mins are not stored at all, `pack::Mins::OfScale`). Q4_K's and Q5_K's scales and mins
 //! are an f16 per 256 elements times a 6-bit integer per 32; they keep that factoring
 //! (`SubBlock`: the f16s and a byte per integer), and the kernels multiply the two in f32, which
-//! is exact and so gives the bits of the product. Re-quantized scales need f32. A batch-1 decode step streams every
-//! weight byte from memory: a 4-bit weight's scales and mins take 0.75 bytes per weight in f32,
-//! 0.625 in f16 and 0.58 factored, against 4 bits (0.5 bytes) of quants.
+//! is exact and so gives the bits of the product. Re-quantized scales need f32. A batch-1 decode
+//! step streams every weight byte from memory: a 4-bit weight's scales and mins take 0.75 bytes
+//! per weight in f32, 0.625 in f16 and 0.58 factored, against 4 bits (0.5 bytes) of quants.
 
 use half::f16;
 

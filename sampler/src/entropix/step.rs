@@ -9,7 +9,7 @@ use super::shortlist::draw_one;
 use crate::error::SamplerError;
 use crate::filter::{argmax, FilterConfig};
 use crate::rng::uniform;
-use crate::sampler::first_non_finite;
+use crate::sampler::check_row;
 
 /// Everything one step of one sequence needs.
 #[derive(Clone, Copy)]
@@ -49,12 +49,7 @@ pub struct EntropixDecision {
 /// Chooses one token with the v1 quadrants (first match wins, see `classify`).
 pub fn entropix_sample(input: &EntropixInput<'_>, cfg: &EntropixConfig) -> Result<EntropixDecision, SamplerError> {
     let logits = input.logits;
-    if logits.is_empty() {
-        return Err(SamplerError::EmptyLogits);
-    }
-    if let Some(index) = first_non_finite(logits) {
-        return Err(SamplerError::NonFiniteLogits { index });
-    }
+    check_row(logits)?;
     let draw_logits = input.penalised.unwrap_or(logits);
     if !draw_logits.iter().any(|&l| l > f32::NEG_INFINITY) {
         return Err(SamplerError::AllTokensMasked);
