@@ -9,6 +9,7 @@ use crate::batch::ForwardBatch;
 use crate::config::ModelConfig;
 use crate::embedding::Embedding;
 use crate::error::{ModelError, Result};
+use crate::int8_gemm;
 use crate::kv_cache::{KvCache, LayerKv};
 use crate::linear::{AttentionKernel, Linear, MatmulMode};
 use crate::metrics::AttnMetrics;
@@ -117,6 +118,7 @@ impl Model {
                 w_up: Linear::new(tensor(&format!("{p}.ffn_up.weight"))?, None, mode)?,
                 w_down: Linear::new(tensor(&format!("{p}.ffn_down.weight"))?, None, mode)?,
             });
+            int8_gemm::release_freed_heap();
         }
         let rope =
             Rope::new(config.head_dim, config.rope_theta, config.max_position_embeddings, config.rope_interleaved);

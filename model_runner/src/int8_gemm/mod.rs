@@ -28,11 +28,13 @@ mod kernel_scalar;
 mod kernel_vnni;
 mod kernel_zmm;
 mod pack;
+mod quant_bytes;
 #[cfg(target_arch = "x86_64")]
 mod simd_tile;
 
 pub use activation::{quantize_rows, QuantizedRows};
 pub use pack::{PackedWeight, QuantKind};
+pub use quant_bytes::release_freed_heap;
 
 use rayon::prelude::*;
 use thiserror::Error;
@@ -60,6 +62,8 @@ pub enum Int8GemmError {
     Data(String),
     #[error("weight data has {got} bytes, expected {expected}")]
     BadDataLength { got: usize, expected: usize },
+    #[error("mapping memory for a packed weight of {bytes} bytes failed: {kind}")]
+    Memory { bytes: usize, kind: std::io::ErrorKind },
 }
 
 /// Which kernel implementation runs; `Auto` picks 512-bit VNNI, else 256-bit VNNI, else AVX2,
@@ -279,6 +283,7 @@ pub(crate) fn full_range_signed(out_features: usize, in_features: usize) -> Pack
         let q = std::array::from_fn(|i| ((col * 37 + b * 11 + i * 5) % 256) as u8);
         formats::Block32 { q, d: 0.01 + (col % 5) as f32 * 0.003 - b as f32 * 0.001, m: 0.0, sub: None }
     })
+    .expect("a test weight fits in memory")
 }
 
 /// An output buffer shared by the tasks of one call, each writing its own columns.

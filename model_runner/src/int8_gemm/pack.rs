@@ -21,6 +21,7 @@ use candle_core::quantized::GgmlDType;
 
 use super::factors::{FactorVec, Factors, SubBlockFactors, SUPER_BLOCKS};
 use super::formats::{decode, format_of, Block32};
+use super::quant_bytes::QuantBytes;
 use super::{Int8GemmError, BLOCK, PANEL};
 
 /// How quants are interpreted by the kernel.
@@ -41,7 +42,7 @@ pub struct PackedWeight {
     out_features: usize,
     in_features: usize,
     blocks: usize,
-    quants: Vec<u8>,
+    quants: QuantBytes,
     scales: FactorVec,
     /// Empty for `Signed` weights, which have no min term, and where `min_per_scale` gives it.
     mins: FactorVec,
@@ -92,10 +93,11 @@ impl PackedWeight {
             return Err(Int8GemmError::BadDataLength { got: data.len(), expected: out_features * row_bytes });
         }
         let subs = format.block_elems / BLOCK;
-        Ok(Some(Self::from_blocks(format.kind, format.min_per_scale, out_features, in_features, |col, b| {
+        Self::from_blocks(format.kind, format.min_per_scale, out_features, in_features, |col, b| {
             let start = col * row_bytes + (b / subs) * format.block_bytes;
             decode(&format, &data[start..start + format.block_bytes], b % subs)
-        })))
+        })
+        .map(Some)
     }
 
     /// K-quants whose sub-blocks do not map onto 32-element blocks (Q6_K's 16-element
@@ -116,10 +118,10 @@ impl PackedWeight {
         if w.len() != out_features * in_features {
             return Err(Int8GemmError::BadDataLength { got: w.len(), expected: out_features * in_features });
         }
-        Ok(Self::from_blocks(QuantKind::Signed, None, out_features, in_features, |col, b| {
+        Self::from_blocks(QuantKind::Signed, None, out_features, in_features, |col, b| {
             let start = col * in_features + b * BLOCK;
             quantize_q8_block(&w[start..start + BLOCK])
-        }))
+        })
     }
 
     /// Packs from a per-(column, block) decoder; with `min_per_scale` `k`, every block's `m` is
@@ -132,11 +134,12 @@ impl PackedWeight {
         out_features: usize,
         in_features: usize,
         mut block: impl FnMut(usize, usize) -> Block32,
-    ) -> Self {
+    ) -> Result<Self, Int8GemmError> {
         let blocks = in_features / BLOCK;
         let panels = out_features.div_ceil(PANEL);
         let block_bytes = kind.panel_block_bytes();
-        let mut quants = vec![0u8; panels * blocks * block_bytes];
+        let bytes = panels * blocks * block_bytes;
+        let mut quants = QuantBytes::zeroed(bytes).map_err(|e| Int8GemmError::Memory { bytes, kind: e.kind() })?;
         let mut scales = vec![0.0f32; panels * blocks * PANEL];
         let stores_mins = kind != QuantKind::Signed && min_per_scale.is_none();
         let mut mins = vec![0.0f32; if stores_mins { scales.len() } else { 0 }];
@@ -166,7 +169,7 @@ impl PackedWeight {
             None => FactorVec::narrowest(scales, mins),
         };
         let min_per_scale = min_per_scale.filter(|_| kind != QuantKind::Signed);
-        Self { kind, out_features, in_features, blocks, quants, scales, mins, min_per_scale }
+        Ok(Self { kind, out_features, in_features, blocks, quants, scales, mins, min_per_scale })
     }
 
     pub fn kind(&self) -> QuantKind {
