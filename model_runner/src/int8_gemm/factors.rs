@@ -72,6 +72,7 @@ impl FactorVec {
     }
 
     /// Values `start..end`; for `SubBlock`, `start` and `end` are whole super-blocks of a panel.
+    #[inline(always)]
     pub(crate) fn slice(&self, start: usize, end: usize) -> Factors<'_> {
         match self {
             FactorVec::Half(v) => Factors::Half(&v[start..end]),
