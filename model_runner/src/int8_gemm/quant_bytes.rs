@@ -32,7 +32,9 @@ struct Slab {
     base: NonNull<u8>,
 }
 
-/// The slab new weights are packed into and its first free byte.
+/// The slab new weights are packed into and its first free byte. Regions are never reused, so
+/// a model dropped while the next one loaded into its last slab still lives leaves that slab's
+/// part of it resident until the slab goes (at most one slab per such pair of models).
 struct OpenSlab {
     slab: Weak<Slab>,
     free_from: usize,
