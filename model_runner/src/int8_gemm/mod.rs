@@ -34,7 +34,7 @@ mod simd_tile;
 
 pub use activation::{quantize_rows, QuantizedRows};
 pub use pack::{PackedWeight, QuantKind};
-pub use quant_bytes::release_freed_heap;
+pub(crate) use quant_bytes::release_freed_heap;
 
 use rayon::prelude::*;
 use thiserror::Error;

@@ -107,7 +107,7 @@ impl Slab {
 /// packed bytes in slabs the small allocations made meanwhile (scales, norms) end up above
 /// those buffers' holes, so glibc cannot shrink the heap by itself: SmolLM2's peak RSS was
 /// 40-48 MB higher without this.
-pub fn release_freed_heap() {
+pub(crate) fn release_freed_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: `malloc_trim` only releases memory the allocator holds free.
     unsafe {
