@@ -177,8 +177,9 @@ fn wrong_activation_length_is_an_error() {
 /// 512-bit VNNI (`Auto` where the CPU has AVX-512 VNNI), 256-bit VNNI (`Vnni256` where it has
 /// VNNI), AVX2 and the scalar kernel give the same bits, for each packed kind (nibble: Q4_0,
 /// Q4_1, Q4_K; unsigned: Q5_0, Q5_K; signed: Q8_0, re-quantized Q6_K), every tile height (11
-/// rows = 4 + 4 + 3), and an odd panel count (37 columns: 4 pairs and a last panel alone, 5
-/// columns wide).
+/// rows = 4 + 4 + 3), and odd panel counts (37 columns: 5 panels, the last 5 columns wide;
+/// 805 columns: 101 panels, so whatever the thread count the parallel tasks' runs are longer
+/// than two, their panels paired across the run's halves, and the last run is odd).
 #[test]
 fn every_kernel_is_bit_identical() {
     eprintln!("Backend::Auto runs the {} kernel here", auto_kernel_name());
@@ -191,16 +192,21 @@ fn every_kernel_is_bit_identical() {
         GgmlDType::Q6K,
         GgmlDType::Q8_0,
     ] {
-        let (n, k, rows) = (37, 512, 11);
-        let packed = PackedWeight::from_qtensor(&quantized(dtype, n, k, 3)).unwrap().unwrap();
-        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-        for rows in [1, 2, 3, rows] {
-            let x = values(rows * k, 4);
-            let scalar = bits(&matmul_with(&packed, &x, rows, Backend::Scalar).unwrap());
-            for backend in [Backend::Auto, Backend::Vnni256, Backend::Avx2] {
-                let fast = matmul_with(&packed, &x, rows, backend).unwrap();
-                assert_eq!(bits(&fast), scalar, "{dtype:?} {rows} rows: {backend:?} vs scalar");
-            }
+        for (n, k) in [(37, 512), (805, 256)] {
+            check_kernels_agree(dtype, n, k);
+        }
+    }
+}
+
+fn check_kernels_agree(dtype: GgmlDType, n: usize, k: usize) {
+    let packed = PackedWeight::from_qtensor(&quantized(dtype, n, k, 3)).unwrap().unwrap();
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for rows in [1, 2, 3, 11] {
+        let x = values(rows * k, 4);
+        let scalar = bits(&matmul_with(&packed, &x, rows, Backend::Scalar).unwrap());
+        for backend in [Backend::Auto, Backend::Vnni256, Backend::Avx2] {
+            let fast = matmul_with(&packed, &x, rows, backend).unwrap();
+            assert_eq!(bits(&fast), scalar, "{dtype:?} {n} x {k}, {rows} rows: {backend:?} vs scalar");
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The 512-bit VNNI kernel: two adjacent 8-column panels in one zmm register, so each
+//! The 512-bit VNNI kernel: two 8-column panels of one weight in one zmm register, so each
 //! activation broadcast, each `vpdpbusd` and each epilogue instruction serves 16 columns. On a
 //! CPU with a full-width 512-bit datapath (Zen 5, Intel server cores) that is twice the work
 //! per instruction of `kernel_vnni.rs`'s ymm tile.
@@ -96,11 +96,12 @@ mod imp {
     use super::super::simd_tile::{width_code, HALF, NIBBLE, SIGNED, SINGLE, SUB_BLOCK, UNSIGNED};
     use super::super::{BLOCK, PANEL};
 
-    /// How far ahead the first row tile of a pair prefetches, in blocks (8 KiB of Q4_1 quants,
-    /// 16 KiB of Q8_0). At batch 1 one core streamed SmolLM2's weights at 24-26 GB/s 12 blocks
-    /// ahead and 28-30 GB/s from 32 to 128 blocks ahead (19 GB/s without prefetching;
-    /// benches/int8_stream.rs); 64 was the best of 12, 64 and 128 on Qwen2.5's formats.
-    const PREFETCH_BLOCKS: usize = 64;
+    /// How far ahead the first row tile of a pair prefetches, in blocks of each panel (2 KiB
+    /// of Q4_1 quants, 4 KiB of Q8_0). With a pair's panels in two streams (`matmul_many_into`)
+    /// Qwen2.5's projections at batch 1 took 13.7-14.0 ms a token 16 to 32 blocks ahead,
+    /// 14.4 at 48, 16.2-16.8 without prefetching (benches/int8_stream.rs), and 12 to 20 were
+    /// alike end to end; 64, the best for neighbouring panels, was 1.09x slower with two.
+    const PREFETCH_BLOCKS: usize = 16;
 
     /// # Safety
     ///
