@@ -193,7 +193,7 @@ impl PackedWeight {
         self.out_features.div_ceil(PANEL)
     }
 
-    /// Called for every panel pair a kernel runs (57k times a Qwen2.5-0.5B token at batch 1).
+    /// Called for every panel a kernel runs (57k times a Qwen2.5-0.5B token at batch 1).
     /// Out of line (and `FactorVec::slice` with it), the slices went through the stack and a
     /// wide load copying two narrower stores missed store forwarding (1.9% of a batch-1
     /// decode's samples on one instruction); inlined, they stay in registers (3% more batch-1
