@@ -25,10 +25,10 @@ pub struct AttentionShape {
 /// persisted (slot -1) need no scratch slots. One rayon task per query row, or, when the step
 /// has fewer rows than the pool has threads, per run of a row's heads, one run per thread (a
 /// decode step of one sequence would otherwise leave every core but one idle; more runs read a
-/// KV head's keys from memory in more tasks: a SmolLM2 batch-1 layer took 7.6 us in two runs,
-/// 10.8 in three, 13.9 in nine and 13.6 in one). Within a task, the query heads that share a
-/// KV head are scored together so each key row is loaded once. Each head's operations are the
-/// same whichever task computes it, so the split does not change a bit.
+/// KV head's keys from memory in more tasks, so one run per thread is fastest
+/// (docs/benchmarks/notebook.md, "2026-11-26 09:04-10:00 UTC")). Within a task, the query
+/// heads that share a KV head are scored together so each key row is loaded once. Each head's
+/// operations are the same whichever task computes it, so the split does not change a bit.
 ///
 /// Returns the attention output `[rows, heads, head_dim]` and, when `collect_metrics`, the
 /// attention metrics of the last row of every span that asks for them.

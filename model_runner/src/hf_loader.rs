@@ -14,7 +14,7 @@ use candle_core::{DType, Device, Tensor};
 use crate::error::{ModelError, Result};
 use crate::hf_config::HfConfig;
 use crate::model::Model;
-use crate::tokenizer::GgufTokenizer;
+use crate::tokenizer::Tokenizer;
 
 pub const CONFIG_FILE: &str = "config.json";
 pub const WEIGHTS_FILE: &str = "model.safetensors";
@@ -22,9 +22,9 @@ pub const WEIGHTS_INDEX_FILE: &str = "model.safetensors.index.json";
 
 /// Loads a checkpoint directory's weights and tokenizer. Projections are dense f32
 /// (`Linear::from_dense`) whatever the engine's `MatmulMode`: there is nothing quantized to keep.
-pub fn load_hf_dir(dir: &Path) -> Result<(Model, GgufTokenizer)> {
+pub fn load_hf_dir(dir: &Path) -> Result<(Model, Tokenizer)> {
     let config = read_hf_config(dir)?;
-    let tokenizer = GgufTokenizer::from_hf_dir(dir, &config.eos_token_ids, config.bos_token_id)?;
+    let tokenizer = Tokenizer::from_hf_dir(dir, &config.eos_token_ids, config.bos_token_id)?;
     let tensors = HfTensors::open(dir)?;
     let model = Model::from_hf(config, &tensors)?;
     Ok((model, tokenizer))

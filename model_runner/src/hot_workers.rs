@@ -1,13 +1,14 @@
 //! A forward's parallel regions with the pool's other workers kept awake between them.
 //!
-//! At batch 1 a forward is a few hundred parallel regions of 5 to 50 us each (each layer's
-//! projections and attention) with short serial stretches between them (norms, RoPE, the
-//! activations' quantization). Between two regions rayon's idle workers call `sched_yield` in
-//! a loop and after a while go to sleep on a futex, so a region can start with its work
-//! waiting for a worker to come back from the kernel. `with_hot_workers` gives every other
-//! worker one job for the whole forward: take any pending job of the pool, else spin, until
-//! the forward returns. This is the spin-then-work barrier of llama.cpp's and OpenMP's thread
-//! teams, kept inside rayon so the forward's code (`par_iter`, `join`) is unchanged.
+//! At batch 1 a forward is a few hundred short parallel regions (each layer's projections and
+//! attention; docs/benchmarks/notebook.md, "2026-11-26 11:48-12:35 UTC") with short serial
+//! stretches between them (norms, RoPE, the activations' quantization). Between two regions
+//! rayon's idle workers call `sched_yield` in a loop and after a while go to sleep on a futex,
+//! so a region can start with its work waiting for a worker to come back from the kernel.
+//! `with_hot_workers` gives every other worker one job for the whole forward: take any pending
+//! job of the pool, else spin, until the forward returns. This is the spin-then-work barrier of
+//! llama.cpp's and OpenMP's thread teams, kept inside rayon so the forward's code (`par_iter`,
+//! `join`) is unchanged.
 //!
 //! A worker gives up spinning after `IDLE_LIMIT` without work. Besides bounding what a long
 //! serial stretch burns, this bounds a wait that would otherwise never end: a worker that

@@ -3,6 +3,8 @@
 //! batch per step over a paged KV cache, plus the tokenizer from the GGUF metadata or the
 //! directory's tokenizer.json.
 
+use std::path::Path;
+
 pub mod attention;
 pub mod attention_exact;
 mod attention_simd;
@@ -10,6 +12,7 @@ pub mod batch;
 pub mod config;
 pub mod embedding;
 pub mod error;
+pub mod gguf_loader;
 pub mod hf_config;
 pub mod hf_loader;
 pub mod hot_workers;
@@ -19,27 +22,41 @@ pub mod linear;
 pub mod metrics;
 pub mod model;
 pub mod ops;
-pub mod recommended_sampling;
 pub mod rope;
 pub mod runner;
 mod silu;
 pub mod softmax;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing_hf;
+pub mod tokenizer;
+
+// The chat template and the recommended sampling values are part of the tokenizer module; other
+// crates name them from the crate root (`entrobatch_model_runner::chat_template::...`).
+pub use tokenizer::{chat_template, recommended_sampling};
 
 pub use batch::{ForwardBatch, SeqSpan};
 pub use chat_template::{ChatMessage, ChatTemplate};
 pub use config::{Architecture, ModelConfig};
 pub use embedding::Embedding;
 pub use error::{ModelError, Result};
+pub use gguf_loader::load_gguf;
 pub use kv_cache::{KvCache, KvDtype};
 pub use linear::{AttentionKernel, MatmulMode};
 pub use metrics::AttnMetrics;
 pub use model::{ForwardOutput, Model};
 pub use recommended_sampling::RecommendedSampling;
-pub use runner::{load_gguf, load_model, ModelRunner};
-pub use tokenizer::GgufTokenizer;
-pub mod chat_template;
-#[cfg(any(test, feature = "test-support"))]
-pub mod testing;
-#[cfg(any(test, feature = "test-support"))]
-pub mod testing_hf;
-pub mod tokenizer;
+pub use runner::ModelRunner;
+pub use tokenizer::Tokenizer;
+
+/// Loads a model by path: a directory is a Hugging Face checkpoint (`config.json`,
+/// safetensors, `tokenizer.json`), anything else a GGUF file. `mode` applies to GGUF weights;
+/// checkpoint weights are always dense f32.
+pub fn load_model(path: &Path, mode: MatmulMode) -> Result<(Model, Tokenizer)> {
+    if path.is_dir() {
+        hf_loader::load_hf_dir(path)
+    } else {
+        load_gguf(path, mode)
+    }
+}

@@ -27,7 +27,7 @@ pub enum MatmulMode {
 
 /// The default keeps results independent of batch composition (the per-request seed
 /// promise) and amortises weight decoding over the rows of a step: `Int8`, also the fastest
-/// mode at every step size measured (BENCHMARKS.md, "Int8 matmul").
+/// mode at every step size measured (docs/benchmarks/notebook.md, "Int8 matmul").
 impl Default for MatmulMode {
     fn default() -> Self {
         Self::Int8
@@ -100,7 +100,8 @@ impl Linear {
 
     /// `forward` into `out`'s allocation where the int8 kernel runs (elsewhere `out` is
     /// dropped): the logits, the largest buffer of a step, then reuse one mapping step after
-    /// step instead of faulting in fresh pages (a few % of a Qwen2.5 decode step).
+    /// step instead of faulting in fresh pages (docs/benchmarks/notebook.md,
+    /// "2026-11-26 06:16-07:51 UTC").
     pub fn forward_into(&self, x: &[f32], rows: usize, out: Vec<f32>) -> Result<Vec<f32>> {
         if let Some(w) = self.int8.as_ref() {
             let mut y = int8_gemm::matmul_into(w, x, rows, int8_gemm::Backend::Auto, out).map_err(int8_err)?;

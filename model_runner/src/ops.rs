@@ -4,8 +4,8 @@
 //! sequential sum of squares, `x / m * alpha`; SiLU as `v / (1 + exp(-v))`), so the engine
 //! stays bit-identical to candle-transformers' models in the tests that compare them. Running
 //! them here instead of through candle keeps them off candle's own CPU thread pool, whose
-//! workers spin at a barrier on the same two cores rayon's matmul tasks use (about 15% of a
-//! 64-sequence decode step in the profile, BENCHMARKS.md).
+//! workers spin at a barrier on the same two cores rayon's matmul tasks use
+//! (docs/benchmarks/notebook.md, "2026-11-22 19:10 UTC").
 
 use candle_core::{DType, Tensor};
 use rayon::prelude::*;

@@ -5,11 +5,12 @@
 //! reduce by `k / 32` of ln 2, a 32-entry table of `2^(i/32)`, a degree-3 polynomial, narrow to
 //! f32. Each of its f64 operations is correctly rounded, so running the same operations in the
 //! same order (and the same fusions, read off glibc's `__expf_fma`) four lanes at a time gives
-//! the same bits, at a fraction of a scalar call per element (SiLU's `expf` was about 4% of a
-//! 64-sequence step). Arguments outside the fast range (|x| >= 88, NaN, infinities) take the
-//! scalar call. A platform whose `expf` is another algorithm would break the bit-identity with
-//! candle-transformers' models, so the first call checks the vector path against `f32::exp` on
-//! a spread of arguments and keeps the scalar path for good if any result differs.
+//! the same bits, at a fraction of a scalar call per element (docs/benchmarks/notebook.md,
+//! "2026-11-26 06:16-07:51 UTC"). Arguments outside the fast range (|x| >= 88, NaN,
+//! infinities) take the scalar call. A platform whose `expf` is another algorithm would break
+//! the bit-identity with candle-transformers' models, so the first call checks the vector path
+//! against `f32::exp` on a spread of arguments and keeps the scalar path for good if any result
+//! differs.
 
 use std::sync::OnceLock;
 

@@ -1,5 +1,5 @@
-//! The fused attention's softmax: exp as a polynomial rather than libm's `expf` (which took
-//! about 4% of a 64-sequence decode step when called per score), 8 scores at a time on AVX2.
+//! The fused attention's softmax: exp as a polynomial rather than libm's `expf` called per
+//! score (docs/benchmarks/notebook.md, "2026-11-22 19:10 UTC"), 8 scores at a time on AVX2.
 
 use crate::attention_simd as simd;
 

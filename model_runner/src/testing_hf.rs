@@ -9,9 +9,9 @@ use std::path::Path;
 use candle_core::{DType, Tensor};
 use serde_json::{json, Value};
 
-use crate::chat_template::CHATML_TEMPLATE;
 use crate::testing::{write_tiny_gguf, TinyModelSpec, WeightRng, TINY_VOCAB_SIZE};
-use crate::tokenizer::GgufTokenizer;
+use crate::tokenizer::chat_template::CHATML_TEMPLATE;
+use crate::tokenizer::Tokenizer;
 
 /// The last id of the tiny vocabulary (an unused `[PAD]` slot): the tiny WeDLM mask token.
 pub const TINY_MASK_TOKEN_ID: u32 = TINY_VOCAB_SIZE as u32 - 1;
@@ -118,12 +118,12 @@ pub fn write_tiny_hf(dir: &Path, spec: &TinyHfSpec) -> candle_core::Result<()> {
 }
 
 /// The tiny byte-level BPE vocabulary (Qwen layout) that the tiny GGUF models carry.
-fn tiny_tokenizer(dir: &Path) -> candle_core::Result<GgufTokenizer> {
+fn tiny_tokenizer(dir: &Path) -> candle_core::Result<Tokenizer> {
     let tmp = dir.join(".tokenizer-source.gguf");
     write_tiny_gguf(&tmp, &TinyModelSpec::qwen2())?;
     let mut file = std::fs::File::open(&tmp)?;
     let content = candle_core::quantized::gguf_file::Content::read(&mut file)?;
-    let tokenizer = GgufTokenizer::from_gguf(&content).map_err(|e| candle_core::Error::Msg(e.to_string()));
+    let tokenizer = Tokenizer::from_gguf(&content).map_err(|e| candle_core::Error::Msg(e.to_string()));
     std::fs::remove_file(&tmp)?;
     tokenizer
 }

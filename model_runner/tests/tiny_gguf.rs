@@ -10,7 +10,7 @@ use candle_core::quantized::GgmlDType;
 use candle_core::{Device, Tensor};
 use candle_transformers::models::{quantized_llama, quantized_qwen2};
 use entrobatch_model_runner::testing::{write_tiny_gguf, TinyArch, TinyModelSpec, TINY_VOCAB_SIZE};
-use entrobatch_model_runner::tokenizer::GgufTokenizer;
+use entrobatch_model_runner::tokenizer::Tokenizer;
 
 /// A file in the temp dir, removed on drop.
 struct TempGguf(PathBuf);
@@ -66,7 +66,7 @@ fn argmax(v: &[f32]) -> u32 {
 
 fn check_reference_forward(name: &str, spec: TinyModelSpec) {
     let file = TempGguf::write(name, &spec);
-    let tok = GgufTokenizer::from_gguf(&common::read_content(&file.0)).unwrap();
+    let tok = Tokenizer::from_gguf(&common::read_content(&file.0)).unwrap();
     let prompt = tok.encode("<|im_start|>user\nHello world, the cat<|im_end|>\n", false).unwrap();
     let mut model = Reference::load(&file.0, spec.arch);
 
@@ -176,7 +176,7 @@ fn tiny_tokenizer_round_trips() {
         let c = common::read_content(&file.0);
         let pre = c.metadata["tokenizer.ggml.pre"].to_string().unwrap().clone();
         assert_eq!(pre, if arch == TinyArch::Llama { "smollm" } else { "qwen2" });
-        let tok = GgufTokenizer::from_gguf(&c).unwrap();
+        let tok = Tokenizer::from_gguf(&c).unwrap();
         assert_eq!(tok.vocab_size, TINY_VOCAB_SIZE);
         let (im_start, im_end, eot) = (
             tok.token_id("<|im_start|>").unwrap(),
@@ -221,7 +221,7 @@ fn add_bos_token_prepends_bos_only_with_special_tokens() {
     let c = tiny_content_with(|md| {
         md.insert("tokenizer.ggml.add_bos_token".into(), Value::Bool(true));
     });
-    let tok = GgufTokenizer::from_gguf(&c).unwrap();
+    let tok = Tokenizer::from_gguf(&c).unwrap();
     assert!(tok.add_bos_token);
     let plain = tok.encode("Hello", false).unwrap();
     let with = tok.encode("Hello", true).unwrap();

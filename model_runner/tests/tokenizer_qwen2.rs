@@ -1,4 +1,4 @@
-//! GgufTokenizer against the real Qwen2.5-Coder-0.5B-Instruct GGUF (skipped when absent).
+//! Tokenizer against the real Qwen2.5-Coder-0.5B-Instruct GGUF (skipped when absent).
 
 mod common;
 

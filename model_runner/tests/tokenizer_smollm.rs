@@ -1,4 +1,4 @@
-//! GgufTokenizer against the real SmolLM2-135M-Instruct GGUF (skipped when the file is absent).
+//! Tokenizer against the real SmolLM2-135M-Instruct GGUF (skipped when the file is absent).
 
 mod common;
 

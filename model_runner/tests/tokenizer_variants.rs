@@ -1,4 +1,4 @@
-//! GgufTokenizer on edited tiny-model metadata: pre-tokenizer table, token types, errors.
+//! Tokenizer on edited tiny-model metadata: pre-tokenizer table, token types, errors.
 
 mod common;
 
@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use candle_core::quantized::gguf_file::{Content, Value};
 use entrobatch_model_runner::testing::{unique_test_path, write_tiny_gguf, TinyModelSpec};
-use entrobatch_model_runner::tokenizer::{GgufTokenizer, TokenizerError};
+use entrobatch_model_runner::tokenizer::{Tokenizer, TokenizerError};
 use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
 
 /// The tiny llama model's metadata, edited by `edit`.
@@ -19,13 +19,13 @@ fn content_with(name: &str, edit: impl FnOnce(&mut HashMap<String, Value>)) -> C
     c
 }
 
-fn with_pre(pre: &str) -> Result<GgufTokenizer, TokenizerError> {
-    GgufTokenizer::from_gguf(&content_with(&format!("pre-{pre}"), |md| {
+fn with_pre(pre: &str) -> Result<Tokenizer, TokenizerError> {
+    Tokenizer::from_gguf(&content_with(&format!("pre-{pre}"), |md| {
         md.insert("tokenizer.ggml.pre".into(), Value::String(pre.into()));
     }))
 }
 
-fn pieces(tok: &GgufTokenizer, text: &str) -> Vec<String> {
+fn pieces(tok: &Tokenizer, text: &str) -> Vec<String> {
     let mut pts = PreTokenizedString::from(text);
     tok.tokenizer.get_pre_tokenizer().unwrap().pre_tokenize(&mut pts).unwrap();
     pts.get_splits(OffsetReferential::Original, OffsetType::Byte).into_iter().map(|(s, _, _)| s.to_string()).collect()
@@ -99,7 +99,7 @@ fn pre_tokenizers_match_hf() {
         assert_eq!(tok.decode(&tok.encode(PRE_INPUT, false).unwrap(), false).unwrap(), PRE_INPUT);
     }
     // Absent pre behaves as "default".
-    let tok = GgufTokenizer::from_gguf(&content_with("pre-absent", |md| {
+    let tok = Tokenizer::from_gguf(&content_with("pre-absent", |md| {
         md.remove("tokenizer.ggml.pre");
     }))
     .unwrap();
@@ -123,28 +123,28 @@ fn unsupported_inputs_are_clear_errors() {
     let spm = content_with("spm", |md| {
         md.insert("tokenizer.ggml.model".into(), Value::String("llama".into()));
     });
-    let err = GgufTokenizer::from_gguf(&spm).err().unwrap();
+    let err = Tokenizer::from_gguf(&spm).err().unwrap();
     assert!(matches!(&err, TokenizerError::Unsupported(m) if m.contains("SentencePiece")), "{err}");
 
     let no_tokens = content_with("no-tokens", |md| {
         md.remove("tokenizer.ggml.tokens");
     });
-    assert!(matches!(GgufTokenizer::from_gguf(&no_tokens), Err(TokenizerError::MissingMetadata(_))));
+    assert!(matches!(Tokenizer::from_gguf(&no_tokens), Err(TokenizerError::MissingMetadata(_))));
 
     let bad_eos = content_with("bad-eos", |md| {
         md.insert("tokenizer.ggml.eos_token_id".into(), Value::U32(100_000));
     });
-    assert!(matches!(GgufTokenizer::from_gguf(&bad_eos), Err(TokenizerError::MissingMetadata(_))));
+    assert!(matches!(Tokenizer::from_gguf(&bad_eos), Err(TokenizerError::MissingMetadata(_))));
 
     let bad_merge = content_with("bad-merge", |md| {
         md.insert("tokenizer.ggml.merges".into(), Value::Array(vec![Value::String("nospace".into())]));
     });
-    assert!(matches!(GgufTokenizer::from_gguf(&bad_merge), Err(TokenizerError::MissingMetadata(_))));
+    assert!(matches!(Tokenizer::from_gguf(&bad_merge), Err(TokenizerError::MissingMetadata(_))));
 
     let wrong_type = content_with("wrong-type", |md| {
         md.insert("tokenizer.ggml.add_bos_token".into(), Value::U32(1));
     });
-    assert!(matches!(GgufTokenizer::from_gguf(&wrong_type), Err(TokenizerError::MissingMetadata(_))));
+    assert!(matches!(Tokenizer::from_gguf(&wrong_type), Err(TokenizerError::MissingMetadata(_))));
 }
 
 #[test]
@@ -158,7 +158,7 @@ fn user_defined_tokens_match_whole_but_survive_skip_special() {
         let Value::Array(types) = md.get_mut("tokenizer.ggml.token_type").unwrap() else { panic!() };
         types[last] = Value::I32(4);
     });
-    let tok = GgufTokenizer::from_gguf(&c).unwrap();
+    let tok = Tokenizer::from_gguf(&c).unwrap();
     let id = tok.token_id("<tool_call>").unwrap();
     let ids = tok.encode("a<tool_call>b", false).unwrap();
     assert_eq!(ids, vec![tok.token_id("a").unwrap(), id, tok.token_id("b").unwrap()]);

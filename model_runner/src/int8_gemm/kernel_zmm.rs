@@ -12,9 +12,10 @@
 //!
 //! A pair reads six streams (quants, scales and mins of two panels) where one panel reads
 //! three, and with two threads that was more than the hardware prefetcher followed: a weight
-//! streamed from DRAM (an lm_head) ran at 0.6-0.8x the ymm kernel's speed at 1 to 8 rows. The
-//! first row tile of a pair therefore prefetches `PREFETCH_BLOCKS` blocks ahead in all six,
-//! which brought those cases to parity (benches/int8_kernels.rs, BENCHMARKS.md).
+//! streamed from DRAM (an lm_head) ran slower than the ymm kernel at 1 to 8 rows. The first
+//! row tile of a pair therefore prefetches `PREFETCH_BLOCKS` blocks ahead in all six, which
+//! brought those cases to parity (bench/benches/int8_kernels.rs; docs/benchmarks/notebook.md,
+//! "2026-11-26 01:06 UTC").
 
 use super::activation::QuantizedRows;
 use super::kernel_avx2;
@@ -23,7 +24,8 @@ use super::{kernel_scalar, PANEL};
 
 /// Rows per tile: AVX-512's 32 registers hold 8 rows' f32 accumulators and integer sums
 /// beside the weights, so each weight register loaded serves twice the rows of the 16-register
-/// ymm kernels' 4 (1.1x end to end over 4 rows; 12 rows gained nothing more).
+/// ymm kernels' 4 (12 rows gained nothing more; docs/benchmarks/notebook.md,
+/// "2026-11-26 03:30-05:18 UTC").
 const TILE_ROWS: usize = 8;
 
 /// Whether this CPU can run the kernel (cached feature loads).
@@ -98,9 +100,10 @@ mod imp {
 
     /// How far ahead the first row tile of a pair prefetches, in blocks of each panel (2 KiB
     /// of Q4_1 quants, 4 KiB of Q8_0). With a pair's panels in two streams (`matmul_many_into`)
-    /// Qwen2.5's projections at batch 1 took 13.7-14.0 ms a token 16 to 32 blocks ahead,
-    /// 14.4 at 48, 16.2-16.8 without prefetching (benches/int8_stream.rs), and 12 to 20 were
-    /// alike end to end; 64, the best for neighbouring panels, was 1.09x slower with two.
+    /// Qwen2.5's projections at batch 1 were fastest 16 to 32 blocks ahead, and 12 to 20 were
+    /// alike end to end; 64, the best for neighbouring panels, was slower with two streams
+    /// (bench/benches/int8_stream.rs; docs/benchmarks/notebook.md,
+    /// "2026-11-27 05:24-06:09 UTC").
     const PREFETCH_BLOCKS: usize = 16;
 
     /// # Safety

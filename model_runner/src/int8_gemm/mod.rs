@@ -48,8 +48,8 @@ pub const PANEL: usize = 8;
 const WRITE_ROWS: usize = 8;
 /// Below this many multiply-adds (about 40 KB of 4-bit weights) a call runs on the calling
 /// thread. Even small projections gain from both cores: at batch 1, SmolLM2's o_proj (0.33M)
-/// split over the pool made decode 1.08-1.2x faster end to end than run on one thread, and
-/// splitting every projection down to none at all gained nothing more.
+/// is faster split over the pool than on one thread, and a lower threshold gained nothing
+/// (docs/benchmarks/notebook.md, "2026-11-26 09:04-10:00 UTC").
 const PARALLEL_FROM_MACS: usize = 1 << 16;
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -210,8 +210,8 @@ fn matmul_many_into(
                 // every task is done), `(row0 + r) * n + p * PANEL + cols <= rows * n`, and
                 // panel `p` of weight `i` belongs to this task alone, so no two tasks write the
                 // same element. A full panel is one fixed-size move; a `cols`-long copy would
-                // be a `memcpy` call per row and panel (about 3% of a Qwen2.5 step, mostly the
-                // lm_head).
+                // be a `memcpy` call per row and panel (mostly the lm_head;
+                // docs/benchmarks/notebook.md, "2026-11-22 22:00 UTC").
                 unsafe {
                     if cols == PANEL {
                         (at as *mut [f32; PANEL]).write_unaligned(*values);
@@ -225,8 +225,7 @@ fn matmul_many_into(
         // The 512-bit kernel pairs panel `i` of the task's first half with panel `i` of its
         // second rather than two neighbours: a thread then reads two streams of quants (and
         // of factors) instead of one, and at batch 1, where the weights stream from DRAM, that
-        // read Qwen2.5's weights 1.08x faster and made decode 1.08x faster end to end
-        // (BENCHMARKS.md; a plain read here is 1.12x faster over four streams than over one).
+        // reads them faster (docs/benchmarks/notebook.md, "2026-11-27 05:24-06:09 UTC").
         let half = if kernel == Kernel::Zmm { (end - first_panel) / 2 } else { 0 };
         let pairs = (first_panel..first_panel + half).map(|p| (p, Some(p + half)));
         let singles = (first_panel + 2 * half..end).map(|p| (p, None));
@@ -235,7 +234,8 @@ fn matmul_many_into(
             // The panels' weights stay in L1 while every row tile streams past them. Each
             // tile's rows are stored before the next tile is computed: the strided stores miss
             // the cache, and a whole panel's worth at once (up to 128 of them) stalled the
-            // kernel on a full store queue (1.06x end to end on SmolLM2 at 64 sequences).
+            // kernel on a full store queue (docs/benchmarks/notebook.md,
+            // "2026-11-26 06:16-07:51 UTC").
             for row0 in (0..rows).step_by(WRITE_ROWS) {
                 let m = (rows - row0).min(WRITE_ROWS);
                 let (ta, tb) = (&mut tile[..m * PANEL], &mut pair[..m * PANEL]);

@@ -195,9 +195,8 @@ impl PackedWeight {
 
     /// Called for every panel a kernel runs (57k times a Qwen2.5-0.5B token at batch 1).
     /// Out of line (and `FactorVec::slice` with it), the slices went through the stack and a
-    /// wide load copying two narrower stores missed store forwarding (1.9% of a batch-1
-    /// decode's samples on one instruction); inlined, they stay in registers (3% more batch-1
-    /// tok/s).
+    /// wide load copying two narrower stores missed store forwarding; inlined, they stay in
+    /// registers (docs/benchmarks/notebook.md, "2026-11-27 02:03-03:18 UTC").
     #[inline(always)]
     pub(crate) fn panel(&self, p: usize) -> Panel<'_> {
         let s = p * self.blocks * PANEL;

@@ -7,10 +7,10 @@
 //! weights lie in one stream. Where the kernel gives no huge pages (THP `never`, no free 2 MiB
 //! frames, not Linux) a slab is ordinary memory and nothing else changes.
 //!
-//! Measured on an Intel VM (BENCHMARKS.md, 2026-11-27): batch-1 decode 3% faster on
-//! Qwen2.5-Coder-0.5B and 6% on SmolLM2. The KV pool on huge pages was 7% slower at long
-//! context (perhaps because every layer's blocks then share cache sets), so it stays on small
-//! pages.
+//! On an Intel VM batch-1 decode gains on both Qwen2.5-Coder-0.5B and SmolLM2; the KV pool
+//! on huge pages was slower at long context (perhaps because every layer's blocks then share
+//! cache sets), so it stays on small pages (docs/benchmarks/notebook.md,
+//! "2026-11-27 02:03-03:18 UTC").
 
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use candle_core::quantized::gguf_file::Content;
-use entrobatch_model_runner::tokenizer::GgufTokenizer;
+use entrobatch_model_runner::tokenizer::Tokenizer;
 
 pub const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const QWEN25_CODER: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
@@ -26,9 +26,9 @@ pub fn read_content(path: &std::path::Path) -> Content {
     Content::read(&mut f).unwrap()
 }
 
-pub fn load_tokenizer(file: &str) -> Option<GgufTokenizer> {
+pub fn load_tokenizer(file: &str) -> Option<Tokenizer> {
     let path = model_path(file)?;
-    Some(GgufTokenizer::from_gguf(&read_content(&path)).unwrap())
+    Some(Tokenizer::from_gguf(&read_content(&path)).unwrap())
 }
 
 /// Strings that stress byte-level BPE: whitespace runs, control chars, CJK, emoji, accents,

@@ -1,0 +1,215 @@
+//! Tiny random-weight GGUF models for tests: a few hundred KB, written in milliseconds, laid
+//! out exactly like llama.cpp's llama/qwen2 conversions (metadata keys, tensor names, F32
+//! norms, quantized projections, full tokenizer metadata), so loaders, tokenizer and runner can
+//! be tested without a real model file.
+
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use rand_xoshiro::rand_core::{RngCore, SeedableRng};
+use rand_xoshiro::SplitMix64;
+
+mod vocab;
+
+pub use vocab::{gpt2_byte_to_unicode, TINY_VOCAB_SIZE};
+
+/// A fresh path `<root>/entrobatch-<pid>-<n>-<name>` for one test's files (nothing is created).
+/// Tests run in parallel and several ask for the same name: the per-call number keeps one test
+/// from reading a file another is still writing, or has just removed. Pass the test crate's
+/// `env!("CARGO_TARGET_TMPDIR")` as `root`, which keeps the files inside `target/`.
+pub fn unique_test_path(root: &str, name: &str) -> PathBuf {
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    Path::new(root).join(format!("entrobatch-{}-{call}-{name}", std::process::id()))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TinyArch {
+    Llama,
+    Qwen2,
+}
+
+impl TinyArch {
+    /// The `general.architecture` value and metadata key prefix.
+    pub fn gguf_name(self) -> &'static str {
+        match self {
+            TinyArch::Llama => "llama",
+            TinyArch::Qwen2 => "qwen2",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct TinyModelSpec {
+    pub arch: TinyArch,
+    pub hidden: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub intermediate: usize,
+    pub context_length: usize,
+    pub seed: u64,
+    /// Dtype of the embedding and projection matrices. Their row length (`hidden` or
+    /// `intermediate`) must be a multiple of its block size: 32 for Q8_0/Q4_0/Q4_1, which is
+    /// why k-quants (256) don't fit the default 64-wide model.
+    pub dtype: GgmlDType,
+    /// Metadata written after the generated keys, replacing any of the same name: a chat
+    /// template of the test's own, `general.sampling.*` recommendations.
+    pub extra_metadata: Vec<(String, Value)>,
+}
+
+impl TinyModelSpec {
+    pub fn llama() -> Self {
+        Self {
+            arch: TinyArch::Llama,
+            hidden: 64,
+            n_layers: 2,
+            n_heads: 4,
+            n_kv_heads: 2,
+            intermediate: 128,
+            context_length: 512,
+            seed: 0,
+            dtype: GgmlDType::Q8_0,
+            extra_metadata: Vec::new(),
+        }
+    }
+
+    pub fn qwen2() -> Self {
+        Self { arch: TinyArch::Qwen2, ..Self::llama() }
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.hidden / self.n_heads
+    }
+
+    fn validate(&self) -> candle_core::Result<()> {
+        let block = self.dtype.block_size();
+        if self.n_heads == 0 || self.n_kv_heads == 0 || !self.hidden.is_multiple_of(self.n_heads) {
+            candle_core::bail!("hidden {} not divisible by n_heads {}", self.hidden, self.n_heads);
+        }
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            candle_core::bail!("n_heads {} not divisible by n_kv_heads {}", self.n_heads, self.n_kv_heads);
+        }
+        if !self.hidden.is_multiple_of(block) || !self.intermediate.is_multiple_of(block) {
+            candle_core::bail!("hidden/intermediate must be multiples of the {:?} block size {block}", self.dtype);
+        }
+        Ok(())
+    }
+}
+
+/// Seeded normal weights for generated models (GGUF here, safetensors in `testing_hf`), so a
+/// seed names one model.
+pub(crate) struct WeightRng(SplitMix64);
+
+impl WeightRng {
+    pub(crate) fn new(seed: u64) -> Self {
+        Self(SplitMix64::seed_from_u64(seed))
+    }
+
+    /// Uniform in (0, 1]: never 0, so the Box-Muller log is finite.
+    fn unit(&mut self) -> f64 {
+        ((self.0.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
+    }
+
+    fn normal(&mut self, std: f32) -> f32 {
+        let (u1, u2) = (self.unit(), self.unit());
+        ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32 * std
+    }
+
+    pub(crate) fn tensor(&mut self, dims: &[usize], mean: f32, std: f32) -> candle_core::Result<Tensor> {
+        let n = dims.iter().product();
+        let data: Vec<f32> = (0..n).map(|_| mean + self.normal(std)).collect();
+        Tensor::from_vec(data, dims, &Device::Cpu)
+    }
+}
+
+// Scales chosen so a random model is neither flat nor saturated: embedding rows ~N(0, 1) feed
+// the first RMSNorm, projections ~N(0, 0.08) keep each residual update O(1), and the output
+// head at 0.25 gives logits with a std of ~2, so greedy decoding visits several tokens.
+const EMBED_STD: f32 = 1.0;
+const PROJ_STD: f32 = 0.08;
+const OUTPUT_STD: f32 = 0.25;
+const NORM_STD: f32 = 0.05;
+const BIAS_STD: f32 = 0.05;
+
+/// Writes a complete tiny GGUF model to `path` (see the module docs).
+pub fn write_tiny_gguf(path: &Path, spec: &TinyModelSpec) -> candle_core::Result<()> {
+    spec.validate()?;
+    let arch = spec.arch.gguf_name();
+    let mut metadata: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), Value::String(arch.into())),
+        ("general.name".into(), Value::String(format!("tiny-random-{arch}"))),
+        ("general.quantization_version".into(), Value::U32(2)),
+    ];
+    let (rope_base, eps) = match spec.arch {
+        TinyArch::Llama => (10_000.0, 1e-5),
+        TinyArch::Qwen2 => (1_000_000.0, 1e-6),
+    };
+    let u32_of = |x: usize| Value::U32(x as u32);
+    let mut arch_kv = vec![
+        ("context_length", u32_of(spec.context_length)),
+        ("embedding_length", u32_of(spec.hidden)),
+        ("block_count", u32_of(spec.n_layers)),
+        ("feed_forward_length", u32_of(spec.intermediate)),
+        ("attention.head_count", u32_of(spec.n_heads)),
+        ("attention.head_count_kv", u32_of(spec.n_kv_heads)),
+        ("rope.freq_base", Value::F32(rope_base)),
+        ("attention.layer_norm_rms_epsilon", Value::F32(eps)),
+    ];
+    if spec.arch == TinyArch::Llama {
+        // Real llama GGUFs carry these; llama.cpp's qwen2 conversions do not.
+        arch_kv.push(("rope.dimension_count", u32_of(spec.head_dim())));
+        arch_kv.push(("vocab_size", u32_of(TINY_VOCAB_SIZE)));
+    }
+    metadata.extend(arch_kv.into_iter().map(|(k, v)| (format!("{arch}.{k}"), v)));
+    metadata.extend(vocab::tokenizer_metadata(spec.arch)?);
+    for (key, value) in &spec.extra_metadata {
+        metadata.retain(|(k, _)| k != key);
+        metadata.push((key.clone(), value.clone()));
+    }
+
+    let tensors = build_tensors(spec)?;
+    let file = std::fs::File::create(path)?;
+    let mut w = BufWriter::new(file);
+    let md_refs: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, t)| (k.as_str(), t)).collect();
+    gguf_file::write(&mut w, &md_refs, &t_refs)?;
+    std::io::Write::flush(&mut w)?;
+    Ok(())
+}
+
+/// All tensors in llama.cpp naming, with candle shapes `(out, in)` (GGUF stores them reversed).
+fn build_tensors(spec: &TinyModelSpec) -> candle_core::Result<Vec<(String, QTensor)>> {
+    let mut rng = WeightRng::new(spec.seed ^ 0x5EED_0F7E_5700);
+    let (h, hd, ff) = (spec.hidden, spec.head_dim(), spec.intermediate);
+    let kv = spec.n_kv_heads * hd;
+    let mut out = Vec::new();
+    let quant = |t: Tensor| QTensor::quantize(&t, spec.dtype);
+    let f32q = |t: Tensor| QTensor::quantize(&t, GgmlDType::F32);
+
+    out.push(("token_embd.weight".to_string(), quant(rng.tensor(&[TINY_VOCAB_SIZE, h], 0.0, EMBED_STD)?)?));
+    for l in 0..spec.n_layers {
+        let p = |name: &str| format!("blk.{l}.{name}");
+        out.push((p("attn_norm.weight"), f32q(rng.tensor(&[h], 1.0, NORM_STD)?)?));
+        out.push((p("attn_q.weight"), quant(rng.tensor(&[h, h], 0.0, PROJ_STD)?)?));
+        out.push((p("attn_k.weight"), quant(rng.tensor(&[kv, h], 0.0, PROJ_STD)?)?));
+        out.push((p("attn_v.weight"), quant(rng.tensor(&[kv, h], 0.0, PROJ_STD)?)?));
+        if spec.arch == TinyArch::Qwen2 {
+            out.push((p("attn_q.bias"), f32q(rng.tensor(&[h], 0.0, BIAS_STD)?)?));
+            out.push((p("attn_k.bias"), f32q(rng.tensor(&[kv], 0.0, BIAS_STD)?)?));
+            out.push((p("attn_v.bias"), f32q(rng.tensor(&[kv], 0.0, BIAS_STD)?)?));
+        }
+        out.push((p("attn_output.weight"), quant(rng.tensor(&[h, h], 0.0, PROJ_STD)?)?));
+        out.push((p("ffn_norm.weight"), f32q(rng.tensor(&[h], 1.0, NORM_STD)?)?));
+        out.push((p("ffn_gate.weight"), quant(rng.tensor(&[ff, h], 0.0, PROJ_STD)?)?));
+        out.push((p("ffn_up.weight"), quant(rng.tensor(&[ff, h], 0.0, PROJ_STD)?)?));
+        out.push((p("ffn_down.weight"), quant(rng.tensor(&[h, ff], 0.0, PROJ_STD)?)?));
+    }
+    out.push(("output_norm.weight".to_string(), f32q(rng.tensor(&[h], 1.0, NORM_STD)?)?));
+    out.push(("output.weight".to_string(), quant(rng.tensor(&[TINY_VOCAB_SIZE, h], 0.0, OUTPUT_STD)?)?));
+    Ok(out)
+}

@@ -1,0 +1,117 @@
+//! The chat endpoint's tool-calling fields: `tools` / `tool_choice` / `parallel_tool_calls`
+//! turned into the template's tool list, a grammar where a call is required, and the parser
+//! that finds the calls in what the model writes (whole, or as a stream of OpenAI
+//! `tool_calls` deltas).
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::response::{Delta, FunctionCall, FunctionDelta, ToolCall, ToolCallDelta};
+use super::tool_calls::{
+    call_schema, new_call_id, HermesFormat, Parsed, ToolCallFormat, ToolCallStream, ToolChoice, ToolDelta, ToolSpec,
+};
+use crate::response::error::ApiError;
+use entrobatch::structured::StructuredOutput;
+use entrobatch::GenerationParams;
+
+/// A request's tools, once checked: what the response parser looks for.
+pub struct ToolUse {
+    specs: Vec<ToolSpec>,
+    format: Arc<dyn ToolCallFormat>,
+    /// `parallel_tool_calls` (default true); false keeps the first call only.
+    parallel: bool,
+}
+
+/// Reads `tools`, `tool_choice` and `parallel_tool_calls` into `params` (the template's tool
+/// list, a call grammar for `required` or a named function) and returns the parser to run on
+/// the output, or `None` when no call can come back (`tool_choice: "none"`, no tools).
+pub fn parse_tools(
+    tools: Option<Value>,
+    tool_choice: Option<Value>,
+    parallel: Option<bool>,
+    params: &mut GenerationParams,
+) -> Result<Option<ToolUse>, ApiError> {
+    let tools = tools.filter(|t| !t.is_null());
+    let specs = match &tools {
+        Some(list) => ToolSpec::parse_list(list).map_err(|e| ApiError::invalid_param(e.field(), e.to_string()))?,
+        None => Vec::new(),
+    };
+    let choice = ToolChoice::parse(tool_choice.as_ref(), &specs)
+        .map_err(|e| ApiError::invalid_param("tool_choice", e.to_string()))?;
+    if specs.is_empty() {
+        return Ok(None);
+    }
+    params.tools = match tools {
+        Some(Value::Array(list)) => Some(list),
+        _ => None,
+    };
+    let parallel = parallel.unwrap_or(true);
+    if let Some(schema) = call_schema(&specs, &choice, parallel) {
+        if params.structured.is_some() {
+            return Err(ApiError::invalid_param(
+                "tool_choice",
+                "a required tool call is itself a structured output: drop response_format or use tool_choice auto",
+            ));
+        }
+        params.structured = Some(StructuredOutput::JsonSchema(schema));
+    }
+    if choice == ToolChoice::None {
+        return Ok(None);
+    }
+    Ok(Some(ToolUse { specs, format: Arc::new(HermesFormat::default()), parallel }))
+}
+
+impl ToolUse {
+    pub fn parse(&self, text: &str) -> Parsed {
+        let mut parsed = self.format.parse(text, &self.specs);
+        parsed.calls.truncate(self.max_calls());
+        parsed
+    }
+
+    pub fn stream(&self) -> ToolCallStream {
+        ToolCallStream::new(self.format.clone(), self.specs.clone()).with_max_calls(self.max_calls())
+    }
+
+    fn max_calls(&self) -> usize {
+        if self.parallel {
+            usize::MAX
+        } else {
+            1
+        }
+    }
+}
+
+/// A response message's `tool_calls`.
+pub fn tool_calls(parsed: &Parsed) -> Vec<ToolCall> {
+    parsed
+        .calls
+        .iter()
+        .map(|c| ToolCall {
+            id: new_call_id(),
+            kind: "function",
+            function: FunctionCall { name: c.name.clone(), arguments: c.arguments.clone() },
+        })
+        .collect()
+}
+
+/// The stream deltas of one decided piece, as OpenAI sends them: a call's id and name
+/// first (empty arguments), then its arguments.
+pub fn tool_deltas(delta: ToolDelta) -> Vec<Delta> {
+    match delta {
+        ToolDelta::Content(text) => vec![Delta::content(text)],
+        ToolDelta::Call { index, id, name, arguments } => {
+            let named = ToolCallDelta {
+                index,
+                id: Some(id),
+                kind: Some("function"),
+                function: FunctionDelta { name: Some(name), arguments: String::new() },
+            };
+            let args = ToolCallDelta { index, id: None, kind: None, function: FunctionDelta { name: None, arguments } };
+            vec![
+                Delta { tool_calls: Some(vec![named]), ..Delta::default() },
+                Delta { tool_calls: Some(vec![args]), ..Delta::default() },
+            ]
+        }
+    }
+}
