@@ -1,4 +1,4 @@
-use entrobatch_model_runner::GgufTokenizer;
+use entrobatch_model_runner::Tokenizer;
 
 /// Turns a growing list of token ids into text deltas without ever splitting a UTF-8
 /// character: byte-level BPE tokens can end mid-character, so a delta is released only once
@@ -16,7 +16,7 @@ impl Detokenizer {
     }
 
     /// Adds one token and returns the text it completes (possibly empty).
-    pub fn push(&mut self, tokenizer: &GgufTokenizer, token_id: u32) -> String {
+    pub fn push(&mut self, tokenizer: &Tokenizer, token_id: u32) -> String {
         self.token_ids.push(token_id);
         let decode = |ids: &[u32]| tokenizer.decode(ids, true).unwrap_or_default();
         let prefix_text = decode(&self.token_ids[self.prefix_offset..self.read_offset]);
@@ -39,7 +39,7 @@ impl Detokenizer {
 
     /// Text still held back at the end of the stream (an unfinished character decodes to
     /// U+FFFD rather than being dropped).
-    pub fn flush(&mut self, tokenizer: &GgufTokenizer) -> String {
+    pub fn flush(&mut self, tokenizer: &Tokenizer) -> String {
         let decode = |ids: &[u32]| tokenizer.decode(ids, true).unwrap_or_default();
         let prefix_text = decode(&self.token_ids[self.prefix_offset..self.read_offset]);
         let new_text = decode(&self.token_ids[self.prefix_offset..]);

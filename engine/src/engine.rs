@@ -1,27 +1,28 @@
-use std::collections::HashMap;
+//! `Engine`: the embeddable engine's front. It owns the request `Validation`, starts the
+//! `EngineLoop` on its own thread, and sends it `Command`s; each submitted request gets a
+//! `RequestHandle` to stream its events from.
+
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
 use entrobatch_model_runner::{
-    load_model, ChatTemplate, GgufTokenizer, KvCache, KvDtype, MatmulMode, ModelConfig, ModelRunner,
+    load_model, ChatTemplate, KvCache, KvDtype, MatmulMode, ModelConfig, ModelRunner, Tokenizer,
 };
 use entrobatch_scheduler::{Scheduler, SchedulerConfig};
 use parking_lot::Mutex;
 
+use crate::command::{Command, PendingRequest};
 use crate::config::EngineConfig;
-use crate::engine_loop::{Command, EngineLoop, PendingRequest};
+use crate::engine_loop::EngineLoop;
 use crate::error::{EngineError, Result};
 use crate::handle::{GenerationOutput, RequestHandle};
+use crate::in_flight::InFlightPermit;
 use crate::metrics::EngineMetrics;
-use crate::prepare::PreparedRequest;
 use crate::request::{GenerationParams, Prompt, Request};
 use crate::structured::{StructuredBackend, StructuredError};
-
-// Rendering a chat prompt: kwargs, continuing the final message, locating a refused message.
-#[path = "chat_prompt.rs"]
-mod chat_prompt;
+use crate::validation::{PreparedRequest, Validation};
 
 /// What callers may want to know about the running engine.
 #[derive(Clone, Debug)]
@@ -52,16 +53,11 @@ pub enum ShutdownMode {
 pub struct Engine {
     commands: Sender<Command>,
     thread: Mutex<Option<JoinHandle<()>>>,
-    tokenizer: Arc<GgufTokenizer>,
-    chat_template: ChatTemplate,
+    validation: Validation,
     metrics: Arc<EngineMetrics>,
     info: EngineInfo,
     next_id: AtomicU64,
     max_queued_requests: usize,
-    /// The scheduler's limits, for `prepare`'s fit decision (the scheduler's own rule).
-    limits: SchedulerConfig,
-    /// Built on the first structured-output request: most engines never need the token trie.
-    structured: OnceLock<std::result::Result<StructuredBackend, StructuredError>>,
 }
 
 impl Engine {
@@ -98,21 +94,12 @@ impl Engine {
         let chat_template = ChatTemplate::for_tokenizer(&tokenizer)?;
         let tokenizer = Arc::new(tokenizer);
         let metrics = Arc::new(EngineMetrics::default());
+        let validation =
+            Validation::new(tokenizer.clone(), chat_template, model_config.clone(), limits, metrics.clone());
         let (commands, receiver) = crossbeam_channel::unbounded();
-        let engine_loop = EngineLoop {
-            scheduler,
-            runner,
-            tokenizer: tokenizer.clone(),
-            metrics: metrics.clone(),
-            commands: receiver,
-            requests: HashMap::new(),
-            followers: Default::default(),
-            draining: false,
-            #[cfg(feature = "faults")]
-            faults: config.faults.clone(),
-            #[cfg(feature = "faults")]
-            forwards: 0,
-        };
+        let engine_loop = EngineLoop::new(scheduler, runner, tokenizer, metrics.clone(), receiver);
+        #[cfg(feature = "faults")]
+        let engine_loop = engine_loop.with_faults(config.faults.clone());
         let thread = std::thread::Builder::new()
             .name("entrobatch-engine".into())
             .spawn(move || engine_loop.run())
@@ -134,8 +121,7 @@ impl Engine {
         Ok(Self {
             commands,
             thread: Mutex::new(Some(thread)),
-            tokenizer,
-            chat_template,
+            validation,
             metrics,
             info: EngineInfo {
                 model_config,
@@ -149,8 +135,6 @@ impl Engine {
             },
             next_id: AtomicU64::new(1),
             max_queued_requests: config.max_queued_requests.unwrap_or(usize::MAX),
-            limits,
-            structured: OnceLock::new(),
         })
     }
 
@@ -158,25 +142,18 @@ impl Engine {
         &self.info
     }
 
-    pub(crate) fn limits(&self) -> &SchedulerConfig {
-        &self.limits
-    }
-
     /// The grammar compiler for this model's vocabulary, built once.
     pub fn structured_backend(&self) -> std::result::Result<&StructuredBackend, StructuredError> {
-        self.structured
-            .get_or_init(|| StructuredBackend::new(&self.tokenizer, self.info.model_config.vocab_size))
-            .as_ref()
-            .map_err(Clone::clone)
+        self.validation.structured_backend()
     }
 
     /// Whether the chat template renders `tools` (tool calling needs it).
     pub fn supports_tools(&self) -> bool {
-        self.chat_template.supports_tools()
+        self.validation.supports_tools()
     }
 
-    pub fn tokenizer(&self) -> &GgufTokenizer {
-        &self.tokenizer
+    pub fn tokenizer(&self) -> &Tokenizer {
+        self.validation.tokenizer()
     }
 
     pub fn metrics(&self) -> &Arc<EngineMetrics> {
@@ -185,34 +162,20 @@ impl Engine {
 
     /// Renders a prompt to token ids the way `submit` will.
     pub fn tokenize_prompt(&self, prompt: &Prompt, params: &GenerationParams) -> Result<Vec<u32>> {
-        if params.tools.is_some() && !matches!(prompt, Prompt::Chat(_)) {
-            return Err(EngineError::invalid("tools", "tools are rendered by the chat template: send messages"));
-        }
-        let ids = match prompt {
-            Prompt::Text(text) => self.tokenizer.encode(text, true)?,
-            Prompt::Chat(messages) => {
-                if params.tools.is_some() && !self.chat_template.supports_tools() {
-                    return Err(EngineError::invalid(
-                        "tools",
-                        "this model's chat template cannot render tools (it never reads `tools`); \
-                         use a model whose template does, such as Qwen2.5",
-                    ));
-                }
-                let rendered = self.render_chat(messages, params)?;
-                self.tokenizer.encode(&rendered, false)?
-            }
-            Prompt::TokenIds(ids) => ids.clone(),
-        };
-        if ids.is_empty() {
-            return Err(EngineError::invalid("prompt", "the prompt is empty"));
-        }
-        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.info.model_config.vocab_size) {
-            return Err(EngineError::invalid(
-                "prompt",
-                format!("token id {bad} is outside the vocabulary of {}", self.info.model_config.vocab_size),
-            ));
-        }
-        Ok(ids)
+        self.validation.tokenize_prompt(prompt, params)
+    }
+
+    /// Tokenizes and validates `request` against this engine's model and limits.
+    pub fn prepare(&self, request: Request) -> Result<PreparedRequest> {
+        self.validation.validate(request)
+    }
+
+    /// `prepare` for `n` copies of one request (OpenAI's `n`): the prompt is tokenized and
+    /// checked once and a structured output's grammar compiled once. Copy `i` of a seeded
+    /// request draws from `seed + i`; unseeded copies each draw from a fresh seed. `n` of 0
+    /// gives one copy, as 1 does.
+    pub fn prepare_copies(&self, request: Request, n: usize) -> Result<Vec<PreparedRequest>> {
+        self.validation.validate_copies(request, n)
     }
 
     pub fn submit(&self, request: Request) -> Result<RequestHandle> {
@@ -230,23 +193,21 @@ impl Engine {
 
     /// Submits requests `prepare` already checked, as one batch (see `submit_all`).
     pub fn submit_prepared(&self, prepared: Vec<PreparedRequest>) -> Result<Vec<RequestHandle>> {
-        let count = prepared.len() as u64;
-        if !self.metrics.try_reserve_in_flight(count, self.max_queued_requests as u64) {
-            self.metrics.requests_rejected.fetch_add(count, Ordering::Relaxed);
+        let bound = self.max_queued_requests as u64;
+        let Some(permits) = InFlightPermit::acquire_many(&self.metrics, prepared.len(), bound) else {
+            self.metrics.requests_rejected.fetch_add(prepared.len() as u64, Ordering::Relaxed);
             return Err(EngineError::QueueFull(self.max_queued_requests));
-        }
+        };
         let mut pending = Vec::with_capacity(prepared.len());
         let mut handles = Vec::with_capacity(prepared.len());
-        for request in prepared {
+        for (request, in_flight) in prepared.into_iter().zip(permits) {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let (sender, events) = tokio::sync::mpsc::unbounded_channel();
             handles.push(RequestHandle::new(id, request.prompt_token_ids.clone(), events, self.commands.clone()));
-            pending.push(PendingRequest { id, request, sender });
+            pending.push(PendingRequest { id, request, sender, in_flight });
         }
+        // A batch the loop can no longer take drops here with its permits, freeing their slots.
         if self.commands.send(Command::Submit(pending)).is_err() {
-            for _ in 0..count {
-                self.metrics.release_in_flight();
-            }
             return Err(EngineError::ShutDown);
         }
         Ok(handles)

@@ -1,3 +1,7 @@
+//! `RequestHandle`: one submitted request's side of the engine, a stream of its events for
+//! sync or async code that can abort it (and does, when dropped early); and
+//! `GenerationOutput`, the stream collected into one value.
+
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -6,8 +10,8 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::engine_loop::Command;
-use crate::event::{Event, FinishReason, GeneratedToken, RequestId};
+use crate::command::Command;
+use crate::event::{Event, FinishReason, GeneratedToken, PromptLogprob, RequestId};
 
 /// A submitted request's output: a stream of events usable from sync code (`Iterator`,
 /// blocking) or async code (`Stream`). Dropping it aborts the request.
@@ -34,7 +38,7 @@ pub struct GenerationOutput {
     /// The strategy's per-request statistics, from `Event::Finished`.
     pub strategy_stats: Option<serde_json::Value>,
     /// Prompt positions 1.. (`GenerationParams::prompt_logprobs`); empty unless asked.
-    pub prompt_logprobs: Vec<crate::PromptLogprob>,
+    pub prompt_logprobs: Vec<PromptLogprob>,
 }
 
 impl RequestHandle {
@@ -59,7 +63,7 @@ impl RequestHandle {
             return None;
         }
         let event = self.events.blocking_recv();
-        self.note(&event);
+        self.mark_if_final(&event);
         event
     }
 
@@ -68,7 +72,7 @@ impl RequestHandle {
             return None;
         }
         let event = self.events.recv().await;
-        self.note(&event);
+        self.mark_if_final(&event);
         event
     }
 
@@ -104,7 +108,9 @@ impl RequestHandle {
         }
     }
 
-    fn note(&mut self, event: &Option<Event>) {
+    /// A `Finished` event, or a closed channel, ends the stream: later reads return `None`
+    /// and dropping the handle no longer aborts.
+    fn mark_if_final(&mut self, event: &Option<Event>) {
         if matches!(event, None | Some(Event::Finished { .. })) {
             self.finished = true;
         }
@@ -146,7 +152,7 @@ impl Stream for RequestHandle {
         let polled = self.events.poll_recv(cx);
         if let Poll::Ready(event) = &polled {
             let event = event.clone();
-            self.note(&event);
+            self.mark_if_final(&event);
         }
         polled
     }

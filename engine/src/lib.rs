@@ -8,8 +8,8 @@
 //! # Ok::<(), entrobatch_engine::EngineError>(())
 //! ```
 
-mod admission;
 mod batch_builder;
+mod command;
 pub mod config;
 pub mod detokenizer;
 pub mod engine;
@@ -19,15 +19,16 @@ pub mod event;
 #[cfg(feature = "faults")]
 pub mod faults;
 pub mod handle;
+mod in_flight;
 mod logits_check;
 pub mod metrics;
-mod prepare;
 mod prompt_scoring;
 pub mod request;
 mod request_state;
 pub mod stop_checker;
 pub mod strategy;
 pub mod structured;
+mod validation;
 
 pub use config::EngineConfig;
 pub use engine::{Engine, EngineInfo, ShutdownMode};
@@ -37,6 +38,6 @@ pub use error::{EngineError, Result};
 pub use event::{Event, FinishReason, GeneratedToken, PromptLogprob, RequestId, TokenLogprob, TokenMetrics};
 pub use handle::{GenerationOutput, RequestHandle};
 pub use metrics::EngineMetrics;
-pub use prepare::PreparedRequest;
 pub use request::{GenerationParams, Prompt, Request};
 pub use strategy::{Decoding, StrategyError};
+pub use validation::PreparedRequest;

@@ -1,11 +1,12 @@
 use std::time::Instant;
 
-use entrobatch_model_runner::GgufTokenizer;
+use entrobatch_model_runner::Tokenizer;
 use entrobatch_scheduler::{Appended, Sequence};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::detokenizer::Detokenizer;
 use crate::event::{Event, FinishReason, GeneratedToken, PromptLogprob};
+use crate::in_flight::InFlightPermit;
 use crate::metrics::{RequestTimes, TokenTiming};
 use crate::prompt_scoring::PromptScoring;
 use crate::request::GenerationParams;
@@ -29,6 +30,8 @@ pub struct RequestState {
     detokenizer: Detokenizer,
     stop_checker: StopChecker,
     eos_token_ids: Vec<u32>,
+    /// The request's slot under the in-flight bound, freed by `finish`.
+    in_flight: InFlightPermit,
 }
 
 /// A finished request's token counts, read from its scheduler `Sequence`.
@@ -53,6 +56,7 @@ impl RequestState {
         sender: UnboundedSender<Event>,
         eos_token_ids: Vec<u32>,
         strategy: Box<dyn SequenceStrategy>,
+        in_flight: InFlightPermit,
     ) -> Self {
         let stop_checker = StopChecker::new(params.stop.clone());
         let prompt_scoring = params.prompt_logprobs.map(PromptScoring::new);
@@ -68,6 +72,7 @@ impl RequestState {
             detokenizer: Detokenizer::new(),
             stop_checker,
             eos_token_ids,
+            in_flight,
         }
     }
 
@@ -81,7 +86,7 @@ impl RequestState {
         &mut self,
         token: GeneratedToken,
         appended: Appended,
-        tokenizer: &GgufTokenizer,
+        tokenizer: &Tokenizer,
         grammar_complete: bool,
     ) -> (Option<FinishReason>, TokenTiming) {
         let timing = self.times.on_token(Instant::now());
@@ -123,15 +128,18 @@ impl RequestState {
     }
 
     /// Sends the final event with the counts the scheduler's sequence kept (`Default` for a
-    /// request that never reached it).
-    pub fn finish(&self, reason: FinishReason, error: Option<String>, counts: SequenceCounts) {
-        let _ = self.sender.send(Event::Finished {
+    /// request that never reached it), freeing the request's in-flight slot first: whoever
+    /// sees the event may read `Engine::in_flight` and must find the request gone.
+    pub fn finish(self, reason: FinishReason, error: Option<String>, counts: SequenceCounts) {
+        let Self { in_flight, sender, strategy, num_prompt_tokens, .. } = self;
+        drop(in_flight);
+        let _ = sender.send(Event::Finished {
             reason,
-            prompt_tokens: self.num_prompt_tokens,
+            prompt_tokens: num_prompt_tokens,
             cached_tokens: counts.cached_tokens,
             completion_tokens: counts.completion_tokens,
             error,
-            strategy_stats: self.strategy.summary(),
+            strategy_stats: strategy.summary(),
         });
     }
 }

@@ -83,15 +83,16 @@ impl EngineMetrics {
         counter.load(Ordering::Relaxed)
     }
 
-    /// Reserves `count` in-flight slots at once, or none if that would pass `limit`.
-    pub fn try_reserve_in_flight(&self, count: u64, limit: u64) -> bool {
+    /// Reserves `count` in-flight slots at once, or none if that would pass `limit`. The
+    /// engine goes through `InFlightPermit`, which frees each slot when dropped.
+    pub(crate) fn try_reserve_in_flight(&self, count: u64, limit: u64) -> bool {
         self.in_flight
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n + count <= limit).then_some(n + count))
             .is_ok()
     }
 
-    /// Releases a slot: called just before a request's `Finished` event is sent.
-    pub fn release_in_flight(&self) {
+    /// Releases a slot: `InFlightPermit`'s drop, just before a request's `Finished` event is sent.
+    pub(crate) fn release_in_flight(&self) {
         let _ = self.in_flight.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
     }
 

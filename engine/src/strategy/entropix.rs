@@ -2,7 +2,7 @@
 //! layer's attention metrics of this sequence's sampled row (the runner computes them only
 //! for spans whose strategy asks, so plain rows in the same batch cost nothing extra).
 
-use entrobatch_model_runner::{AttnMetrics, GgufTokenizer};
+use entrobatch_model_runner::{AttnMetrics, Tokenizer};
 use entrobatch_sampler::entropix::{entropix_sample, AttentionStats, Branch, EntropixConfig, EntropixInput};
 use entrobatch_sampler::{apply_penalties, needs_penalties, top_logprobs};
 
@@ -16,7 +16,7 @@ use crate::event::{GeneratedToken, TokenLogprob, TokenMetrics};
 pub const PAUSE_TOKEN_TEXTS: [&str; 4] = [" ...", "...", " ?", "?"];
 
 /// Looks up the pause token in the model's vocabulary; `None` if no candidate is one token.
-pub fn find_pause_token(tokenizer: &GgufTokenizer) -> Option<u32> {
+pub fn find_pause_token(tokenizer: &Tokenizer) -> Option<u32> {
     PAUSE_TOKEN_TEXTS.iter().find_map(|text| match tokenizer.encode(text, false) {
         Ok(ids) if ids.len() == 1 => Some(ids[0]),
         _ => None,

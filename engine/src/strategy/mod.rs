@@ -143,7 +143,7 @@ pub trait SequenceStrategy: Send {
 
 /// Context a strategy may need at creation (tokenizer lookups such as a pause token).
 pub struct StrategyContext<'a> {
-    pub tokenizer: &'a entrobatch_model_runner::GgufTokenizer,
+    pub tokenizer: &'a entrobatch_model_runner::Tokenizer,
     /// The model's `[MASK]` id (WeDLM checkpoints); `None` for ordinary models.
     pub mask_token_id: Option<u32>,
     /// The engine's context limit and the request's `max_tokens`: where a WeDLM window stops.
@@ -155,7 +155,7 @@ pub struct StrategyContext<'a> {
 
 impl<'a> StrategyContext<'a> {
     /// No mask token, no limits, no metrics: enough for strategies that only need the tokenizer.
-    pub fn new(tokenizer: &'a entrobatch_model_runner::GgufTokenizer) -> Self {
+    pub fn new(tokenizer: &'a entrobatch_model_runner::Tokenizer) -> Self {
         Self { tokenizer, mask_token_id: None, max_model_len: usize::MAX, max_tokens: usize::MAX, metrics: None }
     }
 }

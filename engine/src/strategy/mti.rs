@@ -60,7 +60,7 @@ impl MtiConfig {
     /// Checks the numbers and tokenizes the negative prompt (empty when MTI is off).
     pub fn negative_prompt_ids(
         &self,
-        tokenizer: &entrobatch_model_runner::GgufTokenizer,
+        tokenizer: &entrobatch_model_runner::Tokenizer,
     ) -> Result<Vec<u32>, StrategyError> {
         if self.entropy_threshold.is_nan() {
             return Err(StrategyError::config("mti", "entropy_threshold must be a number (negative = every token)"));
@@ -126,10 +126,7 @@ impl MtiStrategy {
         strategy
     }
 
-    pub fn build(
-        config: &MtiConfig,
-        tokenizer: &entrobatch_model_runner::GgufTokenizer,
-    ) -> Result<Self, StrategyError> {
+    pub fn build(config: &MtiConfig, tokenizer: &entrobatch_model_runner::Tokenizer) -> Result<Self, StrategyError> {
         Ok(Self::new(config, config.negative_prompt_ids(tokenizer)?))
     }
 

@@ -4,7 +4,7 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use entrobatch_model_runner::GgufTokenizer;
+use entrobatch_model_runner::Tokenizer;
 use llguidance::api::TopLevelGrammar;
 use llguidance::{JsonCompileOptions, Matcher, ParserFactory};
 use serde_json::{json, Value};
@@ -38,7 +38,7 @@ impl std::fmt::Debug for StructuredBackend {
 impl StructuredBackend {
     /// `vocab_size` = length of a logits row (may exceed the tokenizer's token count, e.g.
     /// Qwen2.5 151936 vs 151665): ids past the tokenizer are never allowed.
-    pub fn new(tokenizer: &GgufTokenizer, vocab_size: usize) -> Result<Self, StructuredError> {
+    pub fn new(tokenizer: &Tokenizer, vocab_size: usize) -> Result<Self, StructuredError> {
         let env = GgufTokEnv::new(tokenizer, vocab_size)?;
         let eos_token_ids: Arc<[u32]> = env.tok_trie().eos_tokens().into();
         let tok_env: TokEnv = Arc::new(env);

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use entrobatch_model_runner::GgufTokenizer;
+use entrobatch_model_runner::Tokenizer;
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
 
@@ -14,8 +14,8 @@ pub(super) const SMOLLM2_VOCAB: usize = 49152;
 
 /// The SmolLM2 tokenizer, or `None` (with a note) when the model file is absent, in which
 /// case the calling test skips, as the model_runner tests do.
-pub(super) fn tokenizer() -> Option<&'static GgufTokenizer> {
-    static TOK: OnceLock<Option<GgufTokenizer>> = OnceLock::new();
+pub(super) fn tokenizer() -> Option<&'static Tokenizer> {
+    static TOK: OnceLock<Option<Tokenizer>> = OnceLock::new();
     TOK.get_or_init(|| {
         let path =
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("models").join("SmolLM2-135M-Instruct.Q4_1.gguf");
@@ -25,7 +25,7 @@ pub(super) fn tokenizer() -> Option<&'static GgufTokenizer> {
         }
         let mut f = std::fs::File::open(&path).expect("open GGUF");
         let content = candle_core::quantized::gguf_file::Content::read(&mut f).expect("read GGUF header");
-        Some(GgufTokenizer::from_gguf(&content).expect("tokenizer from GGUF"))
+        Some(Tokenizer::from_gguf(&content).expect("tokenizer from GGUF"))
     })
     .as_ref()
 }

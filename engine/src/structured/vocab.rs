@@ -5,7 +5,7 @@
 //! 0.22, so the byte-level vocabulary is decoded here (same conventions as that crate).
 
 use entrobatch_model_runner::tokenizer::token_type;
-use entrobatch_model_runner::GgufTokenizer;
+use entrobatch_model_runner::Tokenizer;
 use toktrie::{TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 
 use super::spec::StructuredError;
@@ -19,7 +19,7 @@ pub(crate) struct GgufTokEnv {
 impl GgufTokEnv {
     /// `vocab_size` is the logits row length; ids past the tokenizer become unreachable
     /// special tokens so llguidance's masks have exactly the row's length.
-    pub(crate) fn new(tok: &GgufTokenizer, vocab_size: usize) -> Result<Self, StructuredError> {
+    pub(crate) fn new(tok: &Tokenizer, vocab_size: usize) -> Result<Self, StructuredError> {
         let n_tok = tok.vocab_size.max(tok.tokenizer.get_vocab_size(true));
         if vocab_size < n_tok {
             return Err(StructuredError::UnsupportedTokenizer(format!(

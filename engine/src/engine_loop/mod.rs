@@ -1,3 +1,10 @@
+//! The engine loop: one thread that owns the scheduler, the model runner and every live
+//! request's state, so a step needs no locks. It reads `Command`s between steps and runs
+//! schedule -> forward -> sample -> apply while any request is live. Admission (a submitted
+//! request becoming a sequence) is its child module `admission`.
+
+mod admission;
+
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
@@ -5,43 +12,34 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, TryRecvError};
-use entrobatch_model_runner::{ForwardOutput, GgufTokenizer, ModelRunner};
+use entrobatch_model_runner::{ForwardOutput, ModelRunner, Tokenizer};
 use entrobatch_scheduler::Scheduler;
 use rayon::prelude::*;
-use tokio::sync::mpsc::UnboundedSender;
 
-use crate::admission::Followers;
+use self::admission::{refuse, Admission, Live};
 use crate::batch_builder::{build_batch, SpanResult};
-use crate::event::{Event, FinishReason, GeneratedToken, RequestId};
+use crate::command::Command;
+use crate::event::{FinishReason, GeneratedToken, RequestId};
 #[cfg(feature = "faults")]
 use crate::faults::FaultInjection;
 use crate::logits_check::check_logits_finite;
 use crate::metrics::EngineMetrics;
-use crate::prepare::PreparedRequest;
 use crate::request_state::{RequestState, SequenceCounts};
 use crate::strategy::{SequenceStrategy, StrategyInput, StrategyOutput};
 use crate::structured::Constraint;
 
-pub struct PendingRequest {
-    pub id: RequestId,
-    pub request: PreparedRequest,
-    pub sender: UnboundedSender<Event>,
-}
-
-pub enum Command {
-    /// One or more requests, admitted together before the next step.
-    Submit(Vec<PendingRequest>),
-    Abort(RequestId),
-    /// Stop taking work; `finish_in_flight` decides between draining and aborting.
-    Shutdown {
-        finish_in_flight: bool,
-    },
+/// Whether the loop goes on after reading a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LoopControl {
+    Continue,
+    /// Stop at once, aborting whatever is still live.
+    Stop,
 }
 
 /// One sequence's step after the forward: the grammar's mask (structured outputs), the
 /// strategy's choice under it, and the grammar advanced on the chosen tokens. The mask is
 /// computed here, in the parallel phase, so constrained rows share the cores with sampling.
-fn decide(
+fn choose_tokens(
     strategy: &mut dyn SequenceStrategy,
     constraint: Option<&mut Constraint>,
     input: StrategyInput<'_>,
@@ -69,29 +67,61 @@ fn decide(
 }
 
 /// The engine's single thread: owns the scheduler, the model runner and every request's
-/// state, so a step needs no locks. Data flows one way per step: schedule -> forward ->
-/// sample -> apply.
-pub struct EngineLoop {
-    pub scheduler: Scheduler,
-    pub runner: ModelRunner,
-    pub tokenizer: Arc<GgufTokenizer>,
-    pub metrics: Arc<EngineMetrics>,
-    pub commands: Receiver<Command>,
-    pub requests: HashMap<RequestId, RequestState>,
-    /// Copies of a prompt waiting for its first copy's prefill (`admission.rs`).
-    pub followers: Followers,
-    pub draining: bool,
+/// state. Data flows one way per step: schedule -> forward -> sample -> apply.
+pub(crate) struct EngineLoop {
+    scheduler: Scheduler,
+    runner: ModelRunner,
+    tokenizer: Arc<Tokenizer>,
+    metrics: Arc<EngineMetrics>,
+    commands: Receiver<Command>,
+    requests: HashMap<RequestId, RequestState>,
+    admission: Admission,
+    /// No new request is taken; the loop ends once the live ones are done.
+    draining: bool,
     #[cfg(feature = "faults")]
-    pub faults: FaultInjection,
+    faults: FaultInjection,
     /// Forwards run so far; `faults` counts in it.
     #[cfg(feature = "faults")]
-    pub forwards: u64,
+    forwards: u64,
 }
 
 impl EngineLoop {
-    pub fn run(mut self) {
+    pub(crate) fn new(
+        scheduler: Scheduler,
+        runner: ModelRunner,
+        tokenizer: Arc<Tokenizer>,
+        metrics: Arc<EngineMetrics>,
+        commands: Receiver<Command>,
+    ) -> Self {
+        let admission = Admission::new(tokenizer.eos_token_ids.clone());
+        Self {
+            scheduler,
+            runner,
+            tokenizer,
+            metrics,
+            commands,
+            requests: HashMap::new(),
+            admission,
+            draining: false,
+            #[cfg(feature = "faults")]
+            faults: FaultInjection::default(),
+            #[cfg(feature = "faults")]
+            forwards: 0,
+        }
+    }
+
+    /// The faults this loop injects into its own steps (tests only).
+    #[cfg(feature = "faults")]
+    pub(crate) fn with_faults(mut self, faults: FaultInjection) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    /// Runs until shut down or until every `Engine` is gone and the live requests are done;
+    /// whatever is still live or queued then ends with an abort.
+    pub(crate) fn run(mut self) {
         loop {
-            if !self.receive_commands() {
+            if self.receive_commands() == LoopControl::Stop {
                 break;
             }
             if self.requests.is_empty() {
@@ -105,9 +135,8 @@ impl EngineLoop {
             self.step();
             self.publish_gauges();
         }
-        self.abort_all_followers();
+        self.admission.abort_all_followers();
         for (id, state) in self.requests.drain() {
-            self.metrics.release_in_flight();
             let counts = self.scheduler.get(id).map(SequenceCounts::of).unwrap_or_default();
             state.finish(FinishReason::Abort, Some("engine shut down".into()), counts);
         }
@@ -115,57 +144,69 @@ impl EngineLoop {
         while let Ok(cmd) = self.commands.try_recv() {
             let Command::Submit(batch) = cmd else { continue };
             for req in batch {
-                self.end_unadmitted(req, "engine shut down");
+                refuse(req, "engine shut down");
             }
         }
         self.publish_gauges();
     }
 
-    /// Blocks only when idle. Returns false once the engine must stop at once.
-    fn receive_commands(&mut self) -> bool {
+    /// Applies every queued command, blocking for one only when idle.
+    fn receive_commands(&mut self) -> LoopControl {
         if self.requests.is_empty() && !self.draining {
-            match self.commands.recv() {
-                Ok(cmd) => {
-                    if !self.handle(cmd) {
-                        return false;
-                    }
-                }
-                Err(_) => return false,
+            let Ok(cmd) = self.commands.recv() else { return LoopControl::Stop };
+            if self.apply_command(cmd) == LoopControl::Stop {
+                return LoopControl::Stop;
             }
         }
         loop {
             match self.commands.try_recv() {
                 Ok(cmd) => {
-                    if !self.handle(cmd) {
-                        return false;
+                    if self.apply_command(cmd) == LoopControl::Stop {
+                        return LoopControl::Stop;
                     }
                 }
-                Err(TryRecvError::Empty) => return true,
+                Err(TryRecvError::Empty) => return LoopControl::Continue,
                 // Every Engine handle is gone: finish what is in flight, then stop.
                 Err(TryRecvError::Disconnected) => {
                     self.draining = true;
-                    return true;
+                    return LoopControl::Continue;
                 }
             }
         }
     }
 
-    fn handle(&mut self, cmd: Command) -> bool {
+    fn apply_command(&mut self, cmd: Command) -> LoopControl {
         match cmd {
-            Command::Submit(batch) => self.admit_batch(batch),
+            Command::Submit(batch) => {
+                let draining = self.draining;
+                let (admission, mut live) = self.admission_and_live();
+                admission.admit_batch(batch, &mut live, draining);
+            }
             Command::Abort(id) => {
-                if !self.abort_follower(id) {
+                if !self.admission.abort_follower(id) {
                     self.finish_request(id, FinishReason::Abort, None);
                 }
             }
             Command::Shutdown { finish_in_flight } => {
                 self.draining = true;
                 if !finish_in_flight {
-                    return false;
+                    return LoopControl::Stop;
                 }
             }
         }
-        true
+        LoopControl::Continue
+    }
+
+    /// Admission beside the parts of the loop it writes to (disjoint borrows of `self`).
+    fn admission_and_live(&mut self) -> (&mut Admission, Live<'_>) {
+        let live = Live { scheduler: &mut self.scheduler, requests: &mut self.requests, metrics: &self.metrics };
+        (&mut self.admission, live)
+    }
+
+    /// The leader's prompt is computed, or the leader ended: its waiting copies go in.
+    fn admit_followers_of(&mut self, leader: RequestId) {
+        let (admission, mut live) = self.admission_and_live();
+        admission.admit_followers_of(leader, &mut live);
     }
 
     fn step(&mut self) {
@@ -204,10 +245,10 @@ impl EngineLoop {
         for span in spans.iter().filter(|s| s.scoring_done) {
             self.finish_request(span.seq_id, FinishReason::Length, None);
         }
-        let decisions = self.process_spans(&output, &spans);
+        let decisions = self.run_strategies(&output, &spans);
         for (id, decision) in decisions {
             match decision {
-                Ok(out) => self.apply(id, out),
+                Ok(out) => self.commit_tokens(id, out),
                 Err(e) => self.finish_request(id, FinishReason::Error, Some(e)),
             }
         }
@@ -258,7 +299,7 @@ impl EngineLoop {
 
     /// Runs every span's strategy on its logits, in parallel across sequences (the sampler's
     /// vocabulary passes dominate this phase). A panicking strategy fails only its request.
-    fn process_spans(
+    fn run_strategies(
         &mut self,
         output: &ForwardOutput,
         spans: &[SpanResult],
@@ -289,14 +330,16 @@ impl EngineLoop {
                 if let Err(e) = check_logits_finite(&input.logits) {
                     return (id, Err(e));
                 }
-                let result = catch_unwind(AssertUnwindSafe(|| decide(strategy.as_mut(), constraint, input)))
+                let result = catch_unwind(AssertUnwindSafe(|| choose_tokens(strategy.as_mut(), constraint, input)))
                     .unwrap_or_else(|_| Err("decoding strategy panicked".to_string()));
                 (id, result)
             })
             .collect()
     }
 
-    fn apply(&mut self, id: RequestId, out: StrategyOutput) {
+    /// Appends a strategy's tokens to the request's sequence and streams them, ending the
+    /// request where they finish it.
+    fn commit_tokens(&mut self, id: RequestId, out: StrategyOutput) {
         let last = out.tokens.len().saturating_sub(1);
         for (i, token) in out.tokens.into_iter().enumerate() {
             let Some(state) = self.requests.get_mut(&id) else { return };
@@ -322,7 +365,7 @@ impl EngineLoop {
                 self.metrics.inter_token_latency.observe(t);
             }
             if appended.num_output_tokens == 1 {
-                self.release_followers(id);
+                self.admit_followers_of(id);
             }
             if let Some(reason) = finish {
                 self.finish_request(id, reason, None);
@@ -337,7 +380,7 @@ impl EngineLoop {
     }
 
     /// Ends a request whatever its state: frees its blocks (the scheduler drops its block
-    /// table) and sends the final event.
+    /// table) and, in `RequestState::finish`, its in-flight slot, then sends the final event.
     fn finish_request(&mut self, id: RequestId, reason: FinishReason, error: Option<String>) {
         let counts = self.scheduler.get(id).map(SequenceCounts::of).unwrap_or_default();
         if self.scheduler.finish(id, reason.into()).is_err() {
@@ -350,13 +393,12 @@ impl EngineLoop {
             self.metrics.requests_finished[reason.index()].fetch_add(1, Ordering::Relaxed);
             let generated = counts.completion_tokens;
             self.metrics.requests.observe_finished(&state.times, Instant::now(), state.num_prompt_tokens, generated);
-            self.metrics.release_in_flight();
             // Whoever sees the final event may read the gauges: they must already show the
             // blocks freed (a few atomic stores).
             self.publish_gauges();
             state.finish(reason, error, counts);
         }
-        self.release_followers(id);
+        self.admit_followers_of(id);
     }
 
     fn publish_gauges(&self) {

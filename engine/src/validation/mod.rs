@@ -1,23 +1,30 @@
-//! `Engine::prepare`: the one place a request is checked, in the manner of TGI's
-//! `ValidGenerateRequest`. What comes out is trusted by the loop: prompt ids inside the
-//! vocabulary, a resolved `max_tokens` that fits the context and the KV cache, valid sampling
-//! parameters, the request's strategy already built, and its seed. `submit` and the HTTP
-//! server both go through it, on the caller's thread, so bad input never reaches the loop.
+//! Validation: the one place a request is checked, in the manner of TGI's `Validation`
+//! producing a `ValidGenerateRequest`. The `Engine` owns a `Validation`, which holds what
+//! checking needs (the tokenizer, the chat template, the model's and the scheduler's limits,
+//! the grammar compiler) and turns a `Request` into a `PreparedRequest` the loop trusts:
+//! prompt ids inside the vocabulary, a resolved `max_tokens` that fits the context and the KV
+//! cache, valid sampling parameters, the request's strategy already built, and its seed.
+//! `submit` and the HTTP server both go through it, on the caller's thread, so bad input
+//! never reaches the loop.
 
+mod chat_prompt;
+
+use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use entrobatch_model_runner::{ChatTemplate, ModelConfig, Tokenizer};
 use entrobatch_sampler::SamplerError;
-use entrobatch_scheduler::{NeverFitsReason, SchedulerError};
+use entrobatch_scheduler::{NeverFitsReason, SchedulerConfig, SchedulerError};
 
-use crate::engine::Engine;
 use crate::error::{EngineError, Result};
-use crate::request::{GenerationParams, Request};
+use crate::metrics::EngineMetrics;
+use crate::request::{GenerationParams, Prompt, Request};
 use crate::strategy::{
     build_strategy, unsupported_sampling, Decoding, SequenceStrategy, StrategyContext, StrategyError,
 };
-use crate::structured::{Constraint, StructuredOutput};
+use crate::structured::{Constraint, StructuredBackend, StructuredError, StructuredOutput};
 
-/// A request the engine has validated; only `Engine::prepare` makes one.
+/// A request the engine has validated; only `Validation` (through `Engine::prepare`) makes one.
 pub struct PreparedRequest {
     pub(crate) prompt_token_ids: Vec<u32>,
     /// `max_tokens` resolved (`Request::until_context_full`) and checked.
@@ -52,17 +59,90 @@ impl std::fmt::Debug for PreparedRequest {
 /// The most alternatives a prompt position reports (OpenAI's and vLLM's logprobs limit).
 pub const MAX_PROMPT_LOGPROBS: usize = 20;
 
-impl Engine {
+/// Checks requests against one engine's model and limits.
+pub(crate) struct Validation {
+    tokenizer: Arc<Tokenizer>,
+    chat_template: ChatTemplate,
+    /// The vocabulary, the `[MASK]` id and the rotary table's length.
+    model_config: ModelConfig,
+    /// The scheduler's limits, for the fit decision (the scheduler's own rule).
+    limits: SchedulerConfig,
+    /// Handed to each request's strategy, which may update its own counters.
+    metrics: Arc<EngineMetrics>,
+    /// Built on the first structured-output request: most engines never need the token trie.
+    structured: OnceLock<std::result::Result<StructuredBackend, StructuredError>>,
+}
+
+impl Validation {
+    pub(crate) fn new(
+        tokenizer: Arc<Tokenizer>,
+        chat_template: ChatTemplate,
+        model_config: ModelConfig,
+        limits: SchedulerConfig,
+        metrics: Arc<EngineMetrics>,
+    ) -> Self {
+        Self { tokenizer, chat_template, model_config, limits, metrics, structured: OnceLock::new() }
+    }
+
+    pub(crate) fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// Whether the chat template renders `tools` (tool calling needs it).
+    pub(crate) fn supports_tools(&self) -> bool {
+        self.chat_template.supports_tools()
+    }
+
+    /// The grammar compiler for this model's vocabulary, built once.
+    pub(crate) fn structured_backend(&self) -> std::result::Result<&StructuredBackend, StructuredError> {
+        self.structured
+            .get_or_init(|| StructuredBackend::new(&self.tokenizer, self.model_config.vocab_size))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Renders a prompt to token ids, checked against the vocabulary.
+    pub(crate) fn tokenize_prompt(&self, prompt: &Prompt, params: &GenerationParams) -> Result<Vec<u32>> {
+        if params.tools.is_some() && !matches!(prompt, Prompt::Chat(_)) {
+            return Err(EngineError::invalid("tools", "tools are rendered by the chat template: send messages"));
+        }
+        let ids = match prompt {
+            Prompt::Text(text) => self.tokenizer.encode(text, true)?,
+            Prompt::Chat(messages) => {
+                if params.tools.is_some() && !self.chat_template.supports_tools() {
+                    return Err(EngineError::invalid(
+                        "tools",
+                        "this model's chat template cannot render tools (it never reads `tools`); \
+                         use a model whose template does, such as Qwen2.5",
+                    ));
+                }
+                let rendered = chat_prompt::render_chat(&self.chat_template, messages, params)?;
+                self.tokenizer.encode(&rendered, false)?
+            }
+            Prompt::TokenIds(ids) => ids.clone(),
+        };
+        if ids.is_empty() {
+            return Err(EngineError::invalid("prompt", "the prompt is empty"));
+        }
+        let vocab_size = self.model_config.vocab_size;
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= vocab_size) {
+            return Err(EngineError::invalid(
+                "prompt",
+                format!("token id {bad} is outside the vocabulary of {vocab_size}"),
+            ));
+        }
+        Ok(ids)
+    }
+
     /// Tokenizes and validates `request` against this engine's model and limits.
-    pub fn prepare(&self, request: Request) -> Result<PreparedRequest> {
+    pub(crate) fn validate(&self, request: Request) -> Result<PreparedRequest> {
         let Request { prompt, mut params, until_context_full } = request;
         let prompt_token_ids = self.tokenize_prompt(&prompt, &params)?;
         let num_prompt = prompt_token_ids.len();
         if until_context_full {
-            params.max_tokens = self.room_after(num_prompt);
+            params.max_tokens = self.tokens_left_after(num_prompt);
         }
-        let info = self.info();
-        params.sampling.validate(info.model_config.vocab_size).map_err(sampling_error)?;
+        params.sampling.validate(self.model_config.vocab_size).map_err(sampling_error)?;
         if params.max_tokens == 0 && params.prompt_logprobs.is_none() {
             return Err(EngineError::invalid(
                 "max_tokens",
@@ -86,12 +166,12 @@ impl Engine {
         Ok(PreparedRequest { prompt_token_ids, params, strategy, constraint, seed })
     }
 
-    /// `prepare` for `n` copies of one request (OpenAI's `n`): the prompt is tokenized and
+    /// `validate` for `n` copies of one request (OpenAI's `n`): the prompt is tokenized and
     /// checked once and a structured output's grammar compiled once. Copy `i` of a seeded
     /// request draws from `seed + i`; unseeded copies each draw from a fresh seed. `n` of 0
     /// gives one copy, as 1 does.
-    pub fn prepare_copies(&self, request: Request, n: usize) -> Result<Vec<PreparedRequest>> {
-        let first = self.prepare(request)?;
+    pub(crate) fn validate_copies(&self, request: Request, n: usize) -> Result<Vec<PreparedRequest>> {
+        let first = self.validate(request)?;
         let mut copies = Vec::with_capacity(n);
         for i in 1..n {
             let mut params = first.params.clone();
@@ -110,13 +190,12 @@ impl Engine {
 
     /// A fresh decoding strategy for a request with `params` (every copy needs its own state).
     fn build_request_strategy(&self, params: &GenerationParams) -> Result<Box<dyn SequenceStrategy>> {
-        let info = self.info();
         let ctx = StrategyContext {
-            mask_token_id: info.model_config.mask_token_id,
-            max_model_len: info.max_model_len,
+            mask_token_id: self.model_config.mask_token_id,
+            max_model_len: self.limits.max_model_len,
             max_tokens: params.scheduled_max_tokens(),
-            metrics: Some(self.metrics().clone()),
-            ..StrategyContext::new(self.tokenizer())
+            metrics: Some(self.metrics.clone()),
+            ..StrategyContext::new(&self.tokenizer)
         };
         Ok(build_strategy(&params.decoding, &ctx)?)
     }
@@ -142,8 +221,8 @@ impl Engine {
 
     /// Tokens a request may generate after a prompt of `num_prompt` tokens: what the context
     /// and the whole KV cache leave (at least 1, so an over-long prompt fails the fit check).
-    fn room_after(&self, num_prompt: usize) -> usize {
-        let limits = self.limits();
+    fn tokens_left_after(&self, num_prompt: usize) -> usize {
+        let limits = &self.limits;
         let capacity = limits.num_blocks.saturating_mul(limits.block_size);
         limits.max_model_len.min(capacity).saturating_sub(num_prompt).max(1)
     }
@@ -151,7 +230,7 @@ impl Engine {
     /// Whether the request could run even alone in an empty engine; the scheduler's own rule
     /// (`SchedulerConfig::check_fits`), so the two can never disagree.
     fn check_fits(&self, num_prompt: usize, params: &GenerationParams, strategy: &dyn SequenceStrategy) -> Result<()> {
-        let limits = self.limits();
+        let limits = &self.limits;
         let scratch = strategy.max_scratch_rows();
         if scratch > 0 && limits.check_scratch_rows(0, scratch).is_err() {
             return Err(StrategyError::config(
@@ -166,7 +245,7 @@ impl Engine {
         // Scratch rows sit after the sequence's last token, so they must stay inside the
         // rotary table or the whole batch's forward would fail.
         let past_end = strategy.positions_past_end();
-        let positions = self.info().model_config.max_position_embeddings;
+        let positions = self.model_config.max_position_embeddings;
         let needed = num_prompt.saturating_add(params.max_tokens).saturating_add(past_end);
         if past_end > 0 && needed > positions {
             let reason = format!(
