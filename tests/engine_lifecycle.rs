@@ -1,7 +1,7 @@
 //! Request lifecycle through the engine: streaming, stops, aborts, rejection, seeds, and
 //! every KV block returned afterwards.
 
-mod common;
+use entrobatch_testkit::common;
 
 use std::time::{Duration, Instant};
 

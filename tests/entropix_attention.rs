@@ -12,7 +12,7 @@
 //! an f32 matmul on the dequantized weights where the runner's fast mode used its GEMM (steps
 //! of at least `min_rows` rows). Each check also shows that one key too few would fail it.
 
-mod common;
+use entrobatch_testkit::common;
 
 use std::path::Path;
 

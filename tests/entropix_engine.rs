@@ -3,7 +3,7 @@
 //! a batch as alone); every entropix token carries its metrics and branch; the pause token is
 //! looked up in the model's vocabulary and never comes twice in a row.
 
-mod common;
+use entrobatch_testkit::common;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! keeps serving correctly; non-finite logits fail their request with a clear error; damaged
 //! model files and a wrong checksum are clear errors at load, never panics.
 
-mod common;
+use entrobatch_testkit::common;
 mod faults_support;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -4,7 +4,7 @@
 //! kernels), and a request's log-probabilities are bit-identical alone or inside a batch, with
 //! the exact f32 KV cache and with the f16 one.
 
-mod common;
+use entrobatch_testkit::common;
 
 use std::path::Path;
 

@@ -4,7 +4,7 @@
 //! batch-invariant, so recomputing a preempted sequence must not change a single token),
 //! and every block must be free at the end.
 
-mod common;
+use entrobatch_testkit::common;
 
 use std::path::Path;
 

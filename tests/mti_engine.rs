@@ -3,7 +3,7 @@
 //! unconditional logits, and MTI requests batched with plain ones (chunked, preempted) leave
 //! the plain ones' tokens untouched and free every block.
 
-mod common;
+use entrobatch_testkit::common;
 
 use std::path::Path;
 

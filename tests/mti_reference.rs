@@ -4,13 +4,13 @@
 //! over `context + negative prompt`, the sequence's KV blocks and cache contents must be the
 //! same before and after, and the token must be the argmax of the blend computed here.
 
-mod common;
+use entrobatch_testkit::common;
 
 use std::path::Path;
 
 use common::{reference_logits, tiny_model, RefArch};
 use entrobatch::model_runner::testing::TinyModelSpec;
-use entrobatch::model_runner::{load_gguf, ForwardBatch, GgufTokenizer, KvDtype, MatmulMode, ModelRunner, SeqSpan};
+use entrobatch::model_runner::{load_gguf, ForwardBatch, KvDtype, MatmulMode, ModelRunner, SeqSpan, Tokenizer};
 use entrobatch::scheduler::{NewSequence, Scheduler, SchedulerConfig};
 use entrobatch::strategy::{MtiConfig, MtiStrategy, SequenceStrategy, SpanPlan, StrategyInput, StrategyOutput};
 use entrobatch::SamplingParams;
@@ -37,7 +37,7 @@ struct Step {
 
 impl Harness {
     fn new(path: &Path, prompt: &[u32], config: &MtiConfig, predict: bool) -> (Self, Vec<u32>) {
-        let (mut model, tokenizer): (_, GgufTokenizer) = load_gguf(path, MatmulMode::Quantized).expect("load");
+        let (mut model, tokenizer): (_, Tokenizer) = load_gguf(path, MatmulMode::Quantized).expect("load");
         // Bit-comparable with candle-transformers' model: mirror its attention ops.
         model.set_attention_kernel(entrobatch::model_runner::AttentionKernel::CandleMirror);
         let runner = ModelRunner::new(model, 32, BLOCK, KvDtype::F32).expect("runner");

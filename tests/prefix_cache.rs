@@ -1,7 +1,7 @@
 //! Prefix caching must be invisible in the output: a request whose prompt prefix is already in
 //! the cache decodes exactly the tokens it decodes cold, and the cache reports its hits.
 
-mod common;
+use entrobatch_testkit::common;
 
 use std::path::Path;
 

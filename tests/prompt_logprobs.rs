@@ -3,7 +3,7 @@
 //! chunked prefill, preemption and a warm prefix cache, and scoring-only requests
 //! (`max_tokens` 0) that end after their prompt.
 
-mod common;
+use entrobatch_testkit::common;
 
 use common::{pressured_config, reference_logits_per_position, tiny_model, varied_prompt_ids, RefArch};
 use entrobatch::model_runner::testing::TinyModelSpec;

@@ -2,7 +2,7 @@
 //! first finds all full blocks of the prompt in the prefix cache, and draws exactly what it
 //! would draw alone.
 
-mod common;
+use entrobatch_testkit::common;
 
 use common::smollm2_path;
 use entrobatch::{Engine, EngineConfig, GenerationParams, Prompt, Request, SamplingParams};

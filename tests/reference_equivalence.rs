@@ -1,7 +1,7 @@
 //! The engine's greedy tokens, with many sequences chunked, preempted and batched together,
 //! equal candle-transformers' own models run on each prompt alone.
 
-mod common;
+use entrobatch_testkit::common;
 
 use std::path::Path;
 

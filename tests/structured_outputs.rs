@@ -2,7 +2,7 @@
 //! generated JSON schemas validate against them (checked by the `jsonschema` crate, not by
 //! llguidance), and constrained requests leave the unconstrained ones of the same batch exact.
 
-mod common;
+use entrobatch_testkit::common;
 
 use entrobatch::structured::StructuredOutput;
 use entrobatch::{

@@ -4,7 +4,7 @@
 //! with no threshold and a huge position penalty it decodes one token per forward, left to
 //! right, each token being what a mask right after the committed tokens predicts.
 
-mod wedlm_common;
+use entrobatch_testkit::wedlm as wedlm_common;
 
 use std::sync::atomic::Ordering;
 

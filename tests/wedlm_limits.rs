@@ -2,7 +2,7 @@
 //! the reference engine crashes), stop tokens that act only once committed, preemption that
 //! drops the window, and models without a mask token.
 
-mod wedlm_common;
+use entrobatch_testkit::wedlm as wedlm_common;
 
 use entrobatch::model_runner::testing_hf::TinyHfSpec;
 use entrobatch::{EngineError, FinishReason, Prompt, Request};

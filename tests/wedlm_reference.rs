@@ -3,7 +3,7 @@
 //! re-implementation of the WeDLM step, at temperature 0, on generated Qwen3 and Qwen2
 //! checkpoints; and the plain requests of the same batch give exactly their solo tokens.
 
-mod wedlm_common;
+use entrobatch_testkit::wedlm as wedlm_common;
 
 use std::sync::atomic::Ordering;
 

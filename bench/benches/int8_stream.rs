@@ -17,7 +17,8 @@ use rayon::prelude::*;
 const KINDS: [&str; 5] = ["q/k/v", "o", "gate/up", "down", "lm_head"];
 
 fn main() -> anyhow::Result<()> {
-    let path = std::env::var("BENCH_MODEL").unwrap_or_else(|_| "models/SmolLM2-135M-Instruct.Q4_1.gguf".into());
+    let path = std::env::var("BENCH_MODEL")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../models/SmolLM2-135M-Instruct.Q4_1.gguf").into());
     let tokens: usize = std::env::var("BENCH_TOKENS").ok().and_then(|v| v.parse().ok()).unwrap_or(200).max(2);
     let mut file = std::fs::File::open(&path)?;
     let content = gguf_file::Content::read(&mut file)?;

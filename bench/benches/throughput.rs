@@ -16,8 +16,8 @@
 
 use std::path::PathBuf;
 
-use entrobatch::bench::strategy_compare;
-use entrobatch::bench::throughput::{render_table, run, ThroughputConfig};
+use entrobatch_bench::strategy_compare;
+use entrobatch_bench::throughput::{render_table, run, ThroughputConfig};
 
 fn env_usize(key: &str, default: usize) -> usize {
     std::env::var(key).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -26,7 +26,7 @@ fn env_usize(key: &str, default: usize) -> usize {
 fn main() -> anyhow::Result<()> {
     let model = std::env::var_os("BENCH_MODEL")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(entrobatch::DEFAULT_MODEL_PATH));
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(entrobatch::DEFAULT_MODEL_PATH));
     if std::env::var("BENCH_STRATEGIES").as_deref() == Ok("mti") {
         return compare_mti(model);
     }

@@ -9,7 +9,7 @@ use anyhow::{bail, Result};
 use serde::Serialize;
 
 use super::throughput::synthetic_prompts;
-use crate::{Engine, EngineConfig, EngineMetrics, Event, GenerationParams, Prompt, Request, SamplingParams};
+use entrobatch::{Engine, EngineConfig, EngineMetrics, Event, GenerationParams, Prompt, Request, SamplingParams};
 
 #[derive(Clone, Debug)]
 pub struct PrefixCacheConfig {
@@ -86,7 +86,7 @@ pub fn run(config: &PrefixCacheConfig, mut on_round: impl FnMut(usize)) -> Resul
     let metrics = engine.metrics();
     let queries = EngineMetrics::get(&metrics.prefix_cache_queries);
     let hits = EngineMetrics::get(&metrics.prefix_cache_hits);
-    engine.shutdown(crate::ShutdownMode::Finish);
+    engine.shutdown(entrobatch::ShutdownMode::Finish);
     let (cold_median_ms, warm_median_ms) = (median(&cold), median(&warm));
     Ok(PrefixCacheReport {
         model: config.model.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),

@@ -6,8 +6,8 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::throughput::{run_with_prompts, ThroughputConfig, ThroughputReport};
-use crate::strategy::MtiConfig;
-use crate::Decoding;
+use entrobatch::strategy::MtiConfig;
+use entrobatch::Decoding;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct StrategyRun {
@@ -159,7 +159,7 @@ farm ran down to the bridge to watch branches and chunks of ice race past undern
 pub fn text_prompts(model: &std::path::Path, n: usize, len: usize) -> Result<Vec<Vec<u32>>> {
     let mut file = std::fs::File::open(model)?;
     let content = candle_core::quantized::gguf_file::Content::read(&mut file)?;
-    let tokenizer = crate::model_runner::GgufTokenizer::from_gguf(&content)?;
+    let tokenizer = entrobatch::model_runner::Tokenizer::from_gguf(&content)?;
     let ids = tokenizer.encode(PROSE, false)?;
     if ids.len() < len + n {
         anyhow::bail!("the prose is {} tokens: too short for {n} windows of {len}", ids.len());

@@ -11,8 +11,8 @@ use anyhow::{bail, Result};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::structured::StructuredOutput;
-use crate::{Engine, EngineMetrics, GenerationParams, Prompt, Request, SamplingParams};
+use entrobatch::structured::StructuredOutput;
+use entrobatch::{Engine, EngineMetrics, GenerationParams, Prompt, Request, SamplingParams};
 
 pub struct StructuredBenchConfig {
     pub requests: usize,

@@ -6,7 +6,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::phase_spans::{phase_secs, RequestTimes};
-use crate::{Decoding, Engine, EngineConfig, Event, GenerationParams, Prompt, Request, SamplingParams};
+use entrobatch::{Decoding, Engine, EngineConfig, Event, GenerationParams, Prompt, Request, SamplingParams};
 
 #[derive(Clone, Debug)]
 pub struct ThroughputConfig {
@@ -88,18 +88,22 @@ pub fn synthetic_prompts(vocab: usize, n: usize, len: usize) -> Vec<Vec<u32>> {
 
 /// `--matmul` values: `int8` (the engine's default, batch-invariant, the fastest), `dense`
 /// (f32 GEMM from 8 rows) or `quantized` (candle's kernels), for comparisons.
-pub fn parse_matmul_mode(name: &str) -> std::result::Result<crate::MatmulMode, String> {
+pub fn parse_matmul_mode(name: &str) -> std::result::Result<entrobatch::MatmulMode, String> {
     match name {
-        "int8" => Ok(crate::MatmulMode::Int8),
-        "dense" => Ok(crate::MatmulMode::DenseAbove { min_rows: 8 }),
-        "quantized" => Ok(crate::MatmulMode::Quantized),
+        "int8" => Ok(entrobatch::MatmulMode::Int8),
+        "dense" => Ok(entrobatch::MatmulMode::DenseAbove { min_rows: 8 }),
+        "quantized" => Ok(entrobatch::MatmulMode::Quantized),
         other => Err(format!("unknown matmul mode `{other}` (int8, dense or quantized)")),
     }
 }
 
 /// The engine configuration a throughput run uses, with the given matmul mode and KV dtype
 /// (`None`: the engine's default for the model and mode).
-pub fn engine_config_with(model: &Path, mode: crate::MatmulMode, kv_dtype: Option<crate::KvDtype>) -> EngineConfig {
+pub fn engine_config_with(
+    model: &Path,
+    mode: entrobatch::MatmulMode,
+    kv_dtype: Option<entrobatch::KvDtype>,
+) -> EngineConfig {
     let mut c = EngineConfig::new(model);
     c.matmul_mode = mode;
     c.kv_cache_dtype = kv_dtype;
@@ -208,7 +212,7 @@ pub fn run_with_prompts(
     let preemptions = metrics.preemptions.load(Ordering::Relaxed);
     let steps = metrics.steps.load(Ordering::Relaxed);
     let mti_trigger_rate = metrics.mti_trigger_rate();
-    engine.shutdown(crate::ShutdownMode::Finish);
+    engine.shutdown(entrobatch::ShutdownMode::Finish);
     let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
     let (prefill_secs, decode_secs) = phase_secs(&times, config.concurrency);
     let engine_rates = PhaseRates {

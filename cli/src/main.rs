@@ -1,6 +1,6 @@
 use clap::{Parser, Subcommand};
 
-mod cli;
+mod commands;
 
 #[derive(Parser)]
 #[command(name = "entrobatch", version, about = "Continuous-batching LLM decoding engine")]
@@ -13,23 +13,23 @@ struct Cli {
 enum Command {
     /// Benchmarks that print JSON and a short table.
     #[command(subcommand)]
-    Bench(cli::bench::BenchCommand),
+    Bench(commands::bench::BenchCommand),
     /// Generate text for one or more prompts, batched together.
-    Run(cli::run::RunArgs),
+    Run(commands::run::RunArgs),
     /// Serve an OpenAI-compatible HTTP API (completions, chat, metrics).
-    Serve(cli::serve::ServeArgs),
+    Serve(commands::serve::ServeArgs),
     /// Load-test a running server on this machine (loopback only) with streamed requests.
-    Loadtest(cli::loadtest::LoadTestArgs),
+    Loadtest(commands::loadtest::LoadTestArgs),
     /// Draw logit entropy against varentropy per token from `run --json` output, coloured by
     /// entropix branch, with the quadrant thresholds (.svg or .png).
-    PlotMetrics(cli::plot_metrics::PlotMetricsArgs),
+    PlotMetrics(commands::plot_metrics::PlotMetricsArgs),
     /// Accuracy and speed per decoding strategy on HumanEval, GSM-Symbolic or MMLU
     /// (data from `scripts/fetch-eval-data`).
-    Eval(cli::eval::EvalArgs),
+    Eval(commands::eval::EvalArgs),
     /// Several systems' load-test runs (`loadtest --json` files) in one chart against rate.
-    PlotSweep(cli::plot_sweep::PlotSweepArgs),
+    PlotSweep(commands::plot_sweep::PlotSweepArgs),
     /// Perplexity of a text file, computed as llama.cpp's llama-perplexity computes it.
-    Perplexity(cli::perplexity::PerplexityArgs),
+    Perplexity(commands::perplexity::PerplexityArgs),
 }
 
 fn main() {
@@ -42,14 +42,14 @@ fn main() {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => cli::run::run(args),
-        Command::Bench(command) => cli::bench::run_bench(command),
-        Command::Serve(args) => cli::serve::run(args),
-        Command::Loadtest(args) => cli::loadtest::run(args),
-        Command::PlotMetrics(args) => cli::plot_metrics::run(args),
-        Command::Eval(args) => cli::eval::run(args),
-        Command::Perplexity(args) => cli::perplexity::run(args),
-        Command::PlotSweep(args) => cli::plot_sweep::run(args),
+        Command::Run(args) => commands::run::run(args),
+        Command::Bench(command) => commands::bench::run_bench(command),
+        Command::Serve(args) => commands::serve::run(args),
+        Command::Loadtest(args) => commands::loadtest::run(args),
+        Command::PlotMetrics(args) => commands::plot_metrics::run(args),
+        Command::Eval(args) => commands::eval::run(args),
+        Command::Perplexity(args) => commands::perplexity::run(args),
+        Command::PlotSweep(args) => commands::plot_sweep::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {}", error_chain(&e));

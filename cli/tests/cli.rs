@@ -1,6 +1,6 @@
 //! The CLI contract other checks rely on.
 
-mod common;
+use entrobatch_testkit::common;
 
 use std::process::Command;
 

@@ -14,7 +14,7 @@ fn a_rolling_restart_behind_haproxy_loses_no_request_and_affinity_keeps_prefixes
         eprintln!("skipped: haproxy is not installed (apt-get install haproxy; scripts/test tries)");
         return;
     }
-    let root = env!("CARGO_MANIFEST_DIR");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cluster-check");
     let status = Command::new(format!("{root}/scripts/cluster-check"))
         .args(["--rate", "1.5", "--duration", "40", "--out"])

@@ -2,7 +2,7 @@
 //! metrics and branch of every token, `--show-metrics` prints one uncoloured line per token
 //! when stdout is not a terminal, and `plot-metrics` draws that output as SVG and PNG.
 
-mod common;
+use entrobatch_testkit::common;
 
 use std::path::Path;
 use std::process::Command;

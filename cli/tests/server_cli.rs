@@ -1,7 +1,7 @@
 //! The `serve` and `loadtest` subcommands as a user runs them: the binary serves on a free
 //! port, a load test against it reports `lost: 0`, and SIGTERM stops it with exit code 0.
 
-mod server_support;
+use entrobatch_testkit::server as server_support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -31,7 +31,7 @@ pub fn mean_interval(scores: &[f64], seed: u64) -> Interval {
         .map(|r| {
             let sum: f64 = (0..n as u64)
                 .map(|i| {
-                    let u = crate::sampler::uniform(seed, r, i);
+                    let u = entrobatch::sampler::uniform(seed, r, i);
                     scores[((u * n as f64) as usize).min(n - 1)]
                 })
                 .sum();

@@ -8,7 +8,7 @@ pub mod bootstrap;
 pub mod checkpoint;
 pub mod grading;
 pub mod paired;
-#[cfg(feature = "plots")]
+pub mod perplexity;
 pub mod plot;
 pub mod report;
 pub mod runner;

@@ -9,7 +9,7 @@
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::{Engine, EngineError, GenerationParams, Prompt, Request};
+use entrobatch::{Engine, EngineError, GenerationParams, Prompt, Request};
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct PerplexityReport {

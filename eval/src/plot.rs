@@ -26,7 +26,7 @@ pub fn draw(path: &Path, report: &EvalReport) -> Result<()> {
     if report.strategies.is_empty() {
         bail!("no strategy results to plot");
     }
-    crate::plot_font::register();
+    entrobatch_plot::register();
     let err = |e: DrawingAreaErrorKind<std::io::Error>| anyhow!("plot: {e}");
     let root = SVGBackend::new(path, (820, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;

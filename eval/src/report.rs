@@ -8,7 +8,7 @@ use super::bootstrap::Interval;
 use super::paired::PairedDiff;
 use super::stats::StrategyStats;
 use super::tasks::{Grade, TaskKind};
-use crate::Decoding;
+use entrobatch::Decoding;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ItemResult {

@@ -17,7 +17,7 @@ use super::report::{ItemResult, StrategyResult};
 use super::stats::StrategyStats;
 use super::strategy_spec::StrategySpec;
 use super::tasks::{EvalItem, Grade, Task};
-use crate::{Decoding, Engine, EngineConfig, GenerationOutput, GenerationParams, Prompt, Request, SamplingParams};
+use entrobatch::{Decoding, Engine, EngineConfig, GenerationOutput, GenerationParams, Prompt, Request, SamplingParams};
 
 #[derive(Clone, Debug)]
 pub struct RunOptions {
@@ -124,7 +124,7 @@ pub fn run_strategy(
             }
             chunks.push(chunk);
         }
-        engine.shutdown(crate::ShutdownMode::Abort);
+        engine.shutdown(entrobatch::ShutdownMode::Abort);
     }
 
     let mut stats = StrategyStats::default();
@@ -236,7 +236,7 @@ fn first_token_top(engine: &Engine, out: &GenerationOutput) -> Option<Vec<(Strin
 
 /// The item's prompt, with its assistant prefix appended after the rendered template (as
 /// token ids: `Prompt::Chat` always ends at the generation prompt).
-fn with_prefix(engine: &Engine, item: &EvalItem, params: &GenerationParams) -> crate::Result<Prompt> {
+fn with_prefix(engine: &Engine, item: &EvalItem, params: &GenerationParams) -> entrobatch::Result<Prompt> {
     let Some(prefix) = &item.assistant_prefix else { return Ok(item.prompt.clone()) };
     let mut ids = engine.tokenize_prompt(&item.prompt, params)?;
     ids.extend(engine.tokenizer().encode(prefix, false)?);
@@ -357,14 +357,14 @@ mod tests {
             record("c", 0, true),
         ];
         assert_eq!(item_scores(&items, |i| i.grade.correct), vec![2.0 / 3.0, 0.0, 1.0]);
-        let spec = crate::eval::strategy_spec::parse_strategy("plain:t=0.8:n=3").unwrap();
+        let spec = crate::strategy_spec::parse_strategy("plain:t=0.8:n=3").unwrap();
         let r = summarise(&spec, items.to_vec(), 1.0, StrategyStats::default(), 0);
         // pass@1 = mean over items of c_i / n (HumanEval's unbiased estimator at k = 1).
         assert!((r.accuracy - (2.0 / 3.0 + 0.0 + 1.0) / 3.0).abs() < 1e-12);
         assert_eq!((r.n, r.correct), (3, 3));
         // pass@3 with 3 samples: the items with any right sample ("a" and "c").
         assert_eq!(r.pass_at_samples, Some(2.0 / 3.0));
-        let greedy = crate::eval::strategy_spec::parse_strategy("plain").unwrap();
+        let greedy = crate::strategy_spec::parse_strategy("plain").unwrap();
         assert_eq!(summarise(&greedy, items[..1].to_vec(), 1.0, StrategyStats::default(), 0).pass_at_samples, None);
     }
 }

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::strategy::TriggerStats;
-use crate::GeneratedToken;
+use entrobatch::strategy::TriggerStats;
+use entrobatch::GeneratedToken;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StrategyStats {

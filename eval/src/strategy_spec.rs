@@ -5,8 +5,8 @@
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
-use crate::strategy::{EntropixConfig, MtiConfig, WedlmConfig};
-use crate::Decoding;
+use entrobatch::strategy::{EntropixConfig, MtiConfig, WedlmConfig};
+use entrobatch::Decoding;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct StrategySpec {
@@ -155,7 +155,7 @@ fn wedlm(options: &[(&str, &str)]) -> Result<WedlmConfig> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampler::entropix::AdaptiveScore;
+    use entrobatch::sampler::entropix::AdaptiveScore;
 
     #[test]
     fn entropix_options_reach_named_and_optional_fields() {

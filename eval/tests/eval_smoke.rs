@@ -1,25 +1,25 @@
 //! `entrobatch eval` without the real data or models: each task runs 2 items through the
 //! engine with a tiny random model (every strategy, one batched job each), and the graders
-//! are checked on answers known to be right and wrong. Fixtures: tests/fixtures/eval/.
+//! are checked on answers known to be right and wrong. Fixtures: eval/tests/fixtures/eval/. The `entrobatch eval`
+//! command itself is tested in cli/tests/eval_cli.rs.
 
-mod common;
+use entrobatch_testkit::common;
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use common::{repo_root, tiny_model};
-use entrobatch::eval::bootstrap::accuracy_interval;
-use entrobatch::eval::grading::{extract_code, extract_final_number, extract_letter, numbers};
-use entrobatch::eval::runner::Progress;
-use entrobatch::eval::sandbox::network_isolated;
-use entrobatch::eval::tasks::humaneval::{grade_completion, HumanEval};
-use entrobatch::eval::{load_task, parse_strategies, run_strategy, LoadOptions, RunOptions, TaskKind};
 use entrobatch::model_runner::testing::TinyModelSpec;
 use entrobatch::Decoding;
+use entrobatch_eval::bootstrap::accuracy_interval;
+use entrobatch_eval::grading::{extract_code, extract_final_number, extract_letter, numbers};
+use entrobatch_eval::runner::Progress;
+use entrobatch_eval::sandbox::network_isolated;
+use entrobatch_eval::tasks::humaneval::{grade_completion, HumanEval};
+use entrobatch_eval::{load_task, parse_strategies, run_strategy, LoadOptions, RunOptions, TaskKind};
 
 fn fixtures() -> PathBuf {
-    repo_root().join("tests/fixtures/eval")
+    repo_root().join("eval/tests/fixtures/eval")
 }
 
 fn load_options(limit: usize) -> LoadOptions {
@@ -176,7 +176,7 @@ fn sampled_run(
     model: &std::path::Path,
     dir: &std::path::Path,
     max_tokens: usize,
-) -> anyhow::Result<(entrobatch::eval::StrategyResult, usize, usize)> {
+) -> anyhow::Result<(entrobatch_eval::StrategyResult, usize, usize)> {
     let task = load_task(TaskKind::GsmSymbolic, &load_options(3)).expect("load");
     let spec = &parse_strategies("plain:t=1.0:n=2").expect("spec")[0];
     let options = RunOptions {
@@ -214,7 +214,7 @@ fn stopped_run_resumes_where_it_stopped() {
     std::fs::write(&file, format!("{}\n{}\n{}", lines[0], lines[1], &lines[2][..lines[2].len() / 2])).expect("cut");
     let (resumed, restored, decoded) = sampled_run(&model, &dir, 5).expect("resumed run");
     assert_eq!((restored, decoded), (4, 2), "only the cut chunk is decoded again");
-    let key = |r: &entrobatch::eval::StrategyResult| {
+    let key = |r: &entrobatch_eval::StrategyResult| {
         r.items.iter().map(|i| (i.id.clone(), i.sample, i.completion.clone())).collect::<Vec<_>>()
     };
     assert_eq!(key(&resumed), key(&full), "same items, samples and (seeded) completions, in item order");
@@ -224,44 +224,5 @@ fn stopped_run_resumes_where_it_stopped() {
     // Another setting refuses the file instead of mixing two runs.
     let err = sampled_run(&model, &dir, 6).expect_err("max_tokens differs").to_string();
     assert!(err.contains("holds another run"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[test]
-fn cli_writes_json_table_and_svg() {
-    let model = tiny();
-    let dir =
-        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("entrobatch-eval-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let json = dir.join("mmlu.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_entrobatch"))
-        .args(["eval", "--task", "mmlu", "--limit", "2", "--max-tokens", "4", "--strategies", "plain,mti:tau=0:w=2"])
-        .arg("--model")
-        .arg(&model)
-        .arg("--data-dir")
-        .arg(fixtures())
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .expect("run entrobatch");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(table.contains("| plain |") && table.contains("| mti:tau=0:w=2 |"), "{table}");
-    assert!(table.contains("McNemar p") && table.contains("option logprob acc."), "{table}");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("parse");
-    assert_eq!(report["strategies"].as_array().map(Vec::len), Some(2));
-    assert_eq!(report["strategies"][1]["items"].as_array().map(Vec::len), Some(2));
-    assert_eq!(report["strategies"][1]["paired"]["baseline"], "plain");
-    assert!(report["strategies"][0]["first_token_accuracy"].is_number(), "MMLU reads the first token's logprobs");
-    let svg = std::fs::read_to_string(json.with_extension("svg")).expect("svg");
-    assert!(svg.contains("<svg") && svg.contains("mti:tau=0:w=2") && svg.contains("output tokens/s"));
-    let bad = Command::new(env!("CARGO_BIN_EXE_entrobatch"))
-        .args(["eval", "--task", "mmlu", "--strategies", "greedy"])
-        .arg("--model")
-        .arg(&model)
-        .output()
-        .expect("run entrobatch");
-    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("unknown strategy"));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,8 +3,8 @@
 //! found is replayed by `cargo test` without nightly or libFuzzer.
 
 use entrobatch::detokenizer::Detokenizer;
-use entrobatch::server::{validate_body, AppState, Endpoint};
 use entrobatch::Engine;
+use entrobatch_server::{validate_body, AppState, Endpoint};
 
 /// First byte: endpoint (even = completions, odd = chat); the rest is the body. Never panics,
 /// never answers 5xx to client input, and whatever it accepts the engine loop can run.

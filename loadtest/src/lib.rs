@@ -6,7 +6,6 @@
 mod arrivals;
 mod client;
 mod driver;
-#[cfg(feature = "plots")]
 mod plot;
 mod report;
 mod stats;
@@ -24,7 +23,6 @@ use tokio::task::JoinSet;
 
 pub use arrivals::{poisson_arrivals, synthetic_prompt};
 pub use client::RequestOutcome;
-#[cfg(feature = "plots")]
 pub use plot::{draw_sweep, draw_sweeps, Series};
 pub use report::print_report;
 pub use stats::{percentile, summarize, Distribution, Slo, Summary};

@@ -38,7 +38,7 @@ pub fn draw_sweeps(path: &Path, systems: &[Series<'_>]) -> Result<()> {
     if left.iter().all(|(_, p)| p.is_empty()) {
         return Err(anyhow!("nothing to plot: the sweep has no rated runs"));
     }
-    crate::plot_font::register();
+    entrobatch_plot::register();
     let root = SVGBackend::new(path, (1000, 420)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("plot: {e}"))?;
     let (l, r) = root.split_horizontally(500);

@@ -2,11 +2,12 @@
 //! lost requests, every request returns exactly `output_len` tokens, the server's own
 //! counters agree, and a sweep draws its chart.
 
-mod server_support;
+use entrobatch_testkit::server as server_support;
 
 use std::time::Duration;
 
-use entrobatch::loadtest::{self, LoadTestConfig, Slo};
+use entrobatch_loadtest as loadtest;
+use loadtest::{LoadTestConfig, Slo};
 use server_support::{engine_config, smollm2_path, TestServer};
 
 fn runtime() -> tokio::runtime::Runtime {

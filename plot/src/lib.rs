@@ -1,13 +1,13 @@
 //! The font every plot uses. plotters lays out text with real font metrics (SVG too) and draws
 //! PNG text with the glyphs, and a fresh machine may have no system fonts, so DejaVu Sans
-//! (Bitstream Vera licence, `assets/fonts/LICENSE-DejaVu.txt`) ships inside the binary. Call
+//! (Bitstream Vera licence, `plot/fonts/LICENSE-DejaVu.txt`) ships inside the binary. Call
 //! `register` before building any chart.
 
 use std::sync::Once;
 
 use plotters::style::FontStyle;
 
-static FONT: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
+static FONT: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
 
 /// Registers the embedded font for every family name plotters' defaults use; idempotent.
 pub fn register() {

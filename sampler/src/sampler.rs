@@ -32,7 +32,8 @@ pub struct SampleOutput {
     pub token_id: u32,
     /// log-softmax of the raw logits at `token_id` (before bias, penalties and
     /// temperature), like vLLM's default logprobs mode; `None` unless `params.logprobs` is set
-    /// (the normalizer is a pass over the whole vocabulary, about 2% of a SmolLM2 step).
+    /// (the normalizer is a pass over the whole vocabulary; docs/benchmarks/notebook.md, "Issue 7
+    /// targets: where this stands").
     pub logprob: Option<f32>,
     /// Top-n of the same raw log-softmax, descending; empty unless `params.logprobs` is set.
     pub top_logprobs: Vec<(u32, f32)>,

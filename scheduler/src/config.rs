@@ -26,8 +26,9 @@ pub struct SchedulerConfig {
 /// The one default of the limits: `EngineConfig::new` and the CLI's flags take theirs from here.
 /// Sized for a 2-core CPU and a sub-1B model: a 512-row step keeps one forward within a few
 /// hundred milliseconds, and 64 sequences fill it with decodes. 64 prefill tokens beside
-/// decodes cut SmolLM2's p99 inter-token latency by 64% under Poisson load below saturation for
-/// 19-23% more TTFT and the same throughput (BENCHMARKS.md, "Served latency").
+/// decodes bound SmolLM2's p99 inter-token latency under Poisson load below saturation, at some
+/// cost in TTFT and none in throughput (docs/benchmarks/notebook.md, "Served latency: prefill
+/// beside decodes").
 impl Default for SchedulerConfig {
     fn default() -> Self {
         Self {

@@ -1,4 +1,3 @@
-#![allow(dead_code)]
 //! Shared helpers for the integration tests: model paths, candle-transformers references,
 //! tiny generated models.
 
@@ -10,9 +9,7 @@ use candle_transformers::models::{quantized_llama, quantized_qwen2};
 use entrobatch::model_runner::testing::{write_tiny_gguf, TinyModelSpec};
 use entrobatch::{Engine, EngineConfig, GenerationParams, MatmulMode, Prompt, SamplingParams};
 
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+pub use crate::repo_root;
 
 /// The default model; the test command fetches it first, so its absence is a failure.
 pub fn smollm2_path() -> PathBuf {
@@ -33,7 +30,7 @@ pub fn qwen_coder_path() -> Option<PathBuf> {
 
 /// Writes a tiny random-weight GGUF into a fresh temp dir and returns its path.
 pub fn tiny_model(spec: &TinyModelSpec, name: &str) -> PathBuf {
-    let dir = entrobatch::model_runner::testing::unique_test_path(env!("CARGO_TARGET_TMPDIR"), &format!("test-{name}"));
+    let dir = entrobatch::model_runner::testing::unique_test_path(crate::tmp_dir(), &format!("test-{name}"));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join(format!("{name}.gguf"));
     write_tiny_gguf(&path, spec).expect("write tiny gguf");

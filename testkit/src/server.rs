@@ -1,4 +1,3 @@
-#![allow(dead_code)]
 //! Helpers for the server tests: an in-process server on a free loopback port, and a raw
 //! blocking HTTP/1.1 client (raw so tests can send what no polite client would: broken
 //! JSON, invalid UTF-8, oversized bodies, and hang up mid-stream).
@@ -12,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use candle_core::quantized::gguf_file;
 use entrobatch::model_runner::testing::{write_tiny_gguf, TinyModelSpec};
-use entrobatch::server::{serve, ServerConfig};
 use entrobatch::{Engine, EngineConfig};
+use entrobatch_server::{serve, ServerConfig};
 use serde_json::Value;
 
 pub fn smollm2_path() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let path = crate::repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(path.is_file(), "{} missing: run `scripts/fetch-model smollm2`", path.display());
     path
 }
@@ -35,10 +34,7 @@ pub fn tiny_model_with(name: &str, metadata: Vec<(&str, gguf_file::Value)>) -> P
 }
 
 fn write_tiny(name: &str, spec: &TinyModelSpec) -> PathBuf {
-    let dir = entrobatch::model_runner::testing::unique_test_path(
-        env!("CARGO_TARGET_TMPDIR"),
-        &format!("server-test-{name}"),
-    );
+    let dir = entrobatch::model_runner::testing::unique_test_path(crate::tmp_dir(), &format!("server-test-{name}"));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join(format!("{name}.gguf"));
     write_tiny_gguf(&path, spec).expect("write tiny gguf");

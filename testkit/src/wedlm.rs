@@ -1,4 +1,3 @@
-#![allow(dead_code)]
 //! Shared pieces of the WeDLM tests: tiny Hugging Face checkpoints, and a dense reference of
 //! the WeDLM step with no KV cache. Every step it recomputes prompt + committed tokens +
 //! the reordered window as one causal span from position 0 on a fresh cache, which is the
@@ -19,8 +18,7 @@ pub const PROJ_STD: f32 = 0.3;
 pub const LAYERS: usize = 4;
 
 pub fn checkpoint(name: &str, spec: &TinyHfSpec) -> PathBuf {
-    let dir =
-        entrobatch::model_runner::testing::unique_test_path(env!("CARGO_TARGET_TMPDIR"), &format!("wedlm-{name}"));
+    let dir = entrobatch::model_runner::testing::unique_test_path(crate::tmp_dir(), &format!("wedlm-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
     write_tiny_hf(&dir, spec).expect("write tiny checkpoint");
     dir

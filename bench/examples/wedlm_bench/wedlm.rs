@@ -125,7 +125,7 @@ pub fn run_scenario(config: &WedlmBenchConfig, scenario: &Scenario) -> Result<Sc
     engine_config.max_num_seqs = config.sequences;
     engine_config.max_num_batched_tokens = 1024;
     let engine = Engine::start(engine_config)?;
-    let prompts = entrobatch::bench::throughput::synthetic_prompts(300, config.sequences, config.prompt_len);
+    let prompts = entrobatch_bench::throughput::synthetic_prompts(300, config.sequences, config.prompt_len);
     let plain = GenerationParams {
         sampling: SamplingParams::greedy(),
         max_tokens: config.output_len,

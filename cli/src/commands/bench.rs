@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use entrobatch::bench::throughput::{render_table, run, ThroughputConfig, ThroughputReport};
+use entrobatch_bench::throughput::{render_table, run, ThroughputConfig, ThroughputReport};
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 
@@ -74,7 +74,7 @@ pub struct ThroughputArgs {
     pub plot: PathBuf,
     /// Engine matmul mode: int8 (the engine's default and fastest), dense (f32 GEMM from 8
     /// rows) or quantized (candle's kernels).
-    #[arg(long, default_value = "int8", value_parser = entrobatch::bench::throughput::parse_matmul_mode)]
+    #[arg(long, default_value = "int8", value_parser = entrobatch_bench::throughput::parse_matmul_mode)]
     pub matmul: entrobatch::MatmulMode,
     /// KV cache values: f16 (half the memory and attention traffic; the default with the int8
     /// and dense kernels) or f32 (exact; the default with --matmul quantized).
@@ -107,7 +107,7 @@ fn throughput(args: ThroughputArgs) -> Result<()> {
             concurrency,
             // The baseline does not depend on concurrency: measure it once.
             baseline_requests: if i == 0 { args.baseline_requests } else { 0 },
-            engine: Some(entrobatch::bench::throughput::engine_config_with(&model, args.matmul, args.kv_cache_dtype)),
+            engine: Some(entrobatch_bench::throughput::engine_config_with(&model, args.matmul, args.kv_cache_dtype)),
             decoding: Default::default(),
         };
         let bar = ProgressBar::new(args.requests as u64);
@@ -142,7 +142,7 @@ fn throughput(args: ThroughputArgs) -> Result<()> {
 }
 
 fn plot_sweep(reports: &[ThroughputReport], path: &PathBuf) -> Result<()> {
-    entrobatch::plot_font::register();
+    entrobatch_plot::register();
     let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
     root.fill(&WHITE)?;
     let max_c = reports.iter().map(|r| r.concurrency).max().unwrap_or(1) as f64;
@@ -183,7 +183,7 @@ fn plot_sweep(reports: &[ThroughputReport], path: &PathBuf) -> Result<()> {
 }
 
 fn prefix_cache(args: PrefixCacheArgs) -> Result<()> {
-    use entrobatch::bench::prefix_cache::{render_table, run, PrefixCacheConfig};
+    use entrobatch_bench::prefix_cache::{render_table, run, PrefixCacheConfig};
     let model = super::resolve_model(args.model.clone())?;
     let engine = entrobatch::EngineConfig::new(&model);
     let config = PrefixCacheConfig {
@@ -210,7 +210,7 @@ fn prefix_cache(args: PrefixCacheArgs) -> Result<()> {
 }
 
 fn structured(args: StructuredArgs) -> Result<()> {
-    use entrobatch::bench::structured::{default_schema, run, StructuredBenchConfig};
+    use entrobatch_bench::structured::{default_schema, run, StructuredBenchConfig};
     let model = super::resolve_model(args.model.clone())?;
     let mut engine_config = entrobatch::EngineConfig::new(&model);
     engine_config.max_num_seqs = args.requests.max(1);

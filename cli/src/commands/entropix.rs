@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 
 use anyhow::{Context, Result};
-use entrobatch::model_runner::GgufTokenizer;
+use entrobatch::model_runner::Tokenizer;
 use entrobatch::sampler::entropix::{Branch, EntropixConfig, Quadrant};
 use entrobatch::GeneratedToken;
 use serde_json::{json, Value};
@@ -63,7 +63,7 @@ impl TokenTrace {
         out: &mut impl Write,
         tokens: &[GeneratedToken],
         text: &str,
-        tok: &GgufTokenizer,
+        tok: &Tokenizer,
     ) -> Result<()> {
         self.text.push_str(text);
         for t in tokens {
@@ -112,7 +112,7 @@ impl TokenTrace {
 }
 
 /// `run --json`'s per-token records: id, text piece, and the metrics when present.
-pub fn token_records(tokens: &[GeneratedToken], tok: &GgufTokenizer) -> Value {
+pub fn token_records(tokens: &[GeneratedToken], tok: &Tokenizer) -> Value {
     tokens
         .iter()
         .map(|t| {

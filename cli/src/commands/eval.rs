@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use entrobatch::eval::runner::Progress;
-use entrobatch::eval::{
+use entrobatch_eval::runner::Progress;
+use entrobatch_eval::{
     compare_with_first, load_task, parse_strategies, run_strategy, EvalReport, LoadOptions, RunOptions, TaskKind,
 };
 use indicatif::{HumanDuration, ProgressBar, ProgressState, ProgressStyle};
@@ -167,7 +167,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
         seed: args.seed,
         max_tokens: args.max_tokens.unwrap_or_else(|| task.default_max_tokens()),
         temperature: args.temperature,
-        network_isolated: (args.task == TaskKind::Humaneval).then(entrobatch::eval::sandbox::network_isolated),
+        network_isolated: (args.task == TaskKind::Humaneval).then(entrobatch_eval::sandbox::network_isolated),
         strategies: results,
     };
     let table = report.markdown();
@@ -185,7 +185,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
     }
     let plot = args.plot.clone().or_else(|| args.json.as_ref().map(|j| j.with_extension("svg")));
     if let Some(path) = plot {
-        entrobatch::eval::plot::draw(&path, &report)?;
+        entrobatch_eval::plot::draw(&path, &report)?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())

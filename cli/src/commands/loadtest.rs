@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use entrobatch::loadtest::{self, Lengths, LoadTestConfig, LoadTestReport, Slo};
+use entrobatch_loadtest as loadtest;
+use loadtest::{Lengths, LoadTestConfig, LoadTestReport, Slo};
 
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("traffic").required(true).multiple(true).args(["rate", "concurrency", "sweep"])))]

@@ -76,7 +76,7 @@ pub fn draw(path: &Path, points: &[Point], config: &EntropixConfig) -> Result<()
     let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     let size = (900, 700);
     // Text layout needs font metrics on both backends.
-    entrobatch::plot_font::register();
+    entrobatch_plot::register();
     match ext.as_deref() {
         Some("svg") => chart(&SVGBackend::new(path, size).into_drawing_area(), points, config),
         Some("png") => chart(&BitMapBackend::new(path, size).into_drawing_area(), points, config),

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use entrobatch::loadtest::{draw_sweeps, LoadTestReport, Series};
+use entrobatch_loadtest::{draw_sweeps, LoadTestReport, Series};
 
 #[derive(Args, Debug)]
 pub struct PlotSweepArgs {

@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use entrobatch::scheduler::SchedulerConfig;
-use entrobatch::server::{serve_until_signal, GenerationConfig, GenerationDefaults, ServerConfig};
 use entrobatch::{Engine, EngineConfig};
+use entrobatch_server::{serve_until_signal, GenerationConfig, GenerationDefaults, ServerConfig};
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {

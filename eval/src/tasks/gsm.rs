@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
 use super::{user_prompt, EvalItem, Grade, LoadOptions, Task, TaskKind};
-use crate::eval::grading::{extract_final_number, numbers, same_number};
+use crate::grading::{extract_final_number, numbers, same_number};
 
 const GENERATOR: &str = include_str!("gsm_symbolic.py");
 

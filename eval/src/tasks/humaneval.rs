@@ -7,8 +7,8 @@ use anyhow::{bail, Result};
 use serde::Deserialize;
 
 use super::{read_jsonl, select, user_prompt, EvalItem, Grade, LoadOptions, Task, TaskKind};
-use crate::eval::grading::extract_code;
-use crate::eval::sandbox::{run_python, ExecOutcome};
+use crate::grading::extract_code;
+use crate::sandbox::{run_python, ExecOutcome};
 
 #[derive(Clone, Debug, Deserialize)]
 pub struct Problem {

@@ -10,7 +10,7 @@ use anyhow::{bail, Result};
 use serde::Deserialize;
 
 use super::{read_jsonl, user_prompt, EvalItem, Grade, LoadOptions, Task, TaskKind};
-use crate::eval::grading::extract_letter;
+use crate::grading::extract_letter;
 
 #[derive(Clone, Debug, Deserialize)]
 struct Question {

@@ -11,7 +11,7 @@ use std::str::FromStr;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::Prompt;
+use entrobatch::Prompt;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -118,7 +118,7 @@ pub fn select(total: usize, limit: Option<usize>, seed: u64) -> Vec<usize> {
     let mut indices: Vec<usize> = (0..total).collect();
     // Partial Fisher-Yates on the sampler's counter RNG (no extra dependency).
     for i in 0..limit {
-        let u = crate::sampler::uniform(seed, 0x5e1ec7, i as u64);
+        let u = entrobatch::sampler::uniform(seed, 0x5e1ec7, i as u64);
         let j = i + ((u * (total - i) as f64) as usize).min(total - i - 1);
         indices.swap(i, j);
     }
@@ -142,5 +142,5 @@ pub(crate) fn read_jsonl<T: serde::de::DeserializeOwned>(path: &std::path::Path)
 
 /// A one-message chat prompt: all three tasks ask instruct models through their template.
 pub(crate) fn user_prompt(content: String) -> Prompt {
-    Prompt::Chat(vec![crate::ChatMessage::new("user", content)])
+    Prompt::Chat(vec![entrobatch::ChatMessage::new("user", content)])
 }

@@ -3,7 +3,7 @@
 //! Every entropix sampling branch has a top-k (27 by default, at most `ada_max_top_k` in the
 //! adaptive branch), and at the hot temperatures of HEHV and the adaptive branch min-p keeps
 //! most of the vocabulary, so `sample_filtered` on the full row would exponentiate and
-//! select over ~50k candidates per draw (about 1 ms each, times N adaptive draws). min-p, the
+//! select over ~50k candidates per draw, times N adaptive draws. min-p, the
 //! nucleus and the temperature are all relative to the most likely token, which is in the
 //! top-k, so drawing from the top-k logits alone gives the same distribution: only the
 //! order in which the inverse CDF walks the candidates differs.
