@@ -74,10 +74,10 @@ impl EngineConfig {
 
     /// The KV cache's value type: the configured one, else f16 for a GGUF model under the int8
     /// or dense kernels (as llama.cpp's and vLLM's default caches: half the memory, and a
-    /// decode step streams every cached K/V; 1.11x the tokens/s of f32 on a SmolLM2
-    /// 64-sequence run, BENCHMARKS.md) and f32
-    /// where results are compared bit for bit with candle-transformers: the `Quantized` mode
-    /// and Hugging Face checkpoints (a directory).
+    /// decode step streams every cached K/V, so a batch of decodes runs faster;
+    /// docs/benchmarks/notebook.md, "2026-11-22 22:00 UTC"), and f32 where results are compared
+    /// bit for bit with candle-transformers: the `Quantized` mode and Hugging Face checkpoints
+    /// (a directory).
     pub fn kv_cache_dtype(&self) -> KvDtype {
         self.kv_cache_dtype.unwrap_or_else(|| {
             if self.matmul_mode == MatmulMode::Quantized || self.model_path.is_dir() {

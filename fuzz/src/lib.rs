@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use entrobatch::model_runner::testing::{write_tiny_gguf, TinyModelSpec};
-use entrobatch_server::AppState;
 use entrobatch::{Engine, EngineConfig};
+use entrobatch_server::AppState;
 
 /// `ENTROBATCH_FUZZ_MODEL`, else models/SmolLM2-135M-Instruct.Q4_1.gguf, else a tiny model.
 fn model_path() -> PathBuf {

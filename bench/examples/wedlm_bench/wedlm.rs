@@ -201,7 +201,7 @@ pub fn run(config: &WedlmBenchConfig, mut on_scenario: impl FnMut(&str)) -> Resu
         .collect()
 }
 
-/// A markdown table for BENCHMARKS.md.
+/// A markdown table for the benchmark notebook (docs/benchmarks/notebook.md, "WeDLM").
 pub fn render_markdown(config: &WedlmBenchConfig, reports: &[ScenarioReport]) -> String {
     let mut out = format!(
         "{} sequences ({} WeDLM in the mixed runs, W = {}), {} prompt + {} output tokens each, greedy\n\n\
