@@ -2,24 +2,13 @@
 //! the JSON, on a tiny random model and the fixtures in eval/tests/fixtures/eval/; an unknown
 //! strategy is refused by name.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use entrobatch::model_runner::testing::TinyModelSpec;
-use entrobatch_testkit::common::{repo_root, tiny_model};
-
-fn fixtures() -> PathBuf {
-    repo_root().join("eval/tests/fixtures/eval")
-}
-
-/// A context long enough for a HumanEval prompt in the tiny byte-level vocabulary.
-fn tiny() -> PathBuf {
-    tiny_model(&TinyModelSpec { context_length: 4096, ..TinyModelSpec::llama() }, "eval-cli")
-}
+use entrobatch_testkit::common::{eval_fixtures, tiny_eval_model};
 
 #[test]
 fn cli_writes_json_table_and_svg() {
-    let model = tiny();
+    let model = tiny_eval_model("eval-cli");
     let dir =
         std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("entrobatch-eval-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
@@ -29,7 +18,7 @@ fn cli_writes_json_table_and_svg() {
         .arg("--model")
         .arg(&model)
         .arg("--data-dir")
-        .arg(fixtures())
+        .arg(eval_fixtures())
         .arg("--json")
         .arg(&json)
         .output()

@@ -5,11 +5,9 @@
 
 use entrobatch_testkit::common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{repo_root, tiny_model};
-use entrobatch::model_runner::testing::TinyModelSpec;
+use common::{eval_fixtures, tiny_eval_model};
 use entrobatch::Decoding;
 use entrobatch_eval::bootstrap::accuracy_interval;
 use entrobatch_eval::grading::{extract_code, extract_final_number, extract_letter, numbers};
@@ -18,22 +16,13 @@ use entrobatch_eval::sandbox::network_isolated;
 use entrobatch_eval::tasks::humaneval::{grade_completion, HumanEval};
 use entrobatch_eval::{load_task, parse_strategies, run_strategy, LoadOptions, RunOptions, TaskKind};
 
-fn fixtures() -> PathBuf {
-    repo_root().join("eval/tests/fixtures/eval")
-}
-
 fn load_options(limit: usize) -> LoadOptions {
-    LoadOptions { data_dir: fixtures(), limit: Some(limit), seed: 7, exec_timeout: Duration::from_secs(3) }
-}
-
-/// A context long enough for a HumanEval prompt in the tiny byte-level vocabulary.
-fn tiny() -> PathBuf {
-    tiny_model(&TinyModelSpec { context_length: 4096, ..TinyModelSpec::llama() }, "eval-smoke")
+    LoadOptions { data_dir: eval_fixtures(), limit: Some(limit), seed: 7, exec_timeout: Duration::from_secs(3) }
 }
 
 #[test]
 fn each_task_runs_two_items_per_strategy() {
-    let model = tiny();
+    let model = tiny_eval_model("eval-smoke");
     let specs = parse_strategies("plain,entropix,mti:tau=0.5:w=1.5").expect("strategies");
     let options = RunOptions {
         model,
@@ -203,7 +192,7 @@ fn stopped_run_resumes_where_it_stopped() {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("entrobatch-eval-resume-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let model = tiny();
+    let model = tiny_eval_model("eval-smoke");
     let (full, restored, decoded) = sampled_run(&model, &dir, 5).expect("first run");
     assert_eq!((restored, decoded, full.n, full.samples, full.items.len()), (0, 6, 3, 2, 6));
     let file = dir.join("gsm-symbolic-plain_t=1.0_n=2.jsonl");

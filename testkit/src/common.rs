@@ -37,6 +37,16 @@ pub fn tiny_model(spec: &TinyModelSpec, name: &str) -> PathBuf {
     path
 }
 
+/// The eval fixtures (a few items of each task), shared by eval's tests and the CLI's.
+pub fn eval_fixtures() -> PathBuf {
+    repo_root().join("eval/tests/fixtures/eval")
+}
+
+/// A tiny model whose context holds a HumanEval prompt in the tiny byte-level vocabulary.
+pub fn tiny_eval_model(name: &str) -> PathBuf {
+    tiny_model(&TinyModelSpec { context_length: 4096, ..TinyModelSpec::llama() }, name)
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum RefArch {
     Llama,
