@@ -107,13 +107,13 @@ impl DenseReference {
         let (n, h, kvh, d) = (tokens.len(), c.num_heads, c.num_kv_heads, c.head_dim);
         let dev = Device::Cpu;
         // candle-transformers' `precomput_freqs_cis`.
-        let theta: Vec<f32> = (0..d).step_by(2).map(|i| 1f32 / c.rope_theta.powf(i as f32 / d as f32)).collect();
+        let theta: Vec<f32> = (0..d).step_by(2).map(|i| 1f32 / c.rope.theta.powf(i as f32 / d as f32)).collect();
         let idx = Tensor::arange(0, n as u32, &dev).unwrap().to_dtype(DType::F32).unwrap().reshape((n, 1)).unwrap();
         let angles = idx.matmul(&Tensor::new(theta.as_slice(), &dev).unwrap().reshape((1, d / 2)).unwrap()).unwrap();
         let (cos, sin) = (angles.cos().unwrap(), angles.sin().unwrap());
         let rope = |x: Tensor, heads: usize| {
             let x = x.reshape((1, n, heads, d)).unwrap().transpose(1, 2).unwrap().contiguous().unwrap();
-            if c.rope_interleaved {
+            if c.rope.interleaved {
                 candle_nn::rotary_emb::rope_i(&x, &cos, &sin).unwrap()
             } else {
                 candle_nn::rotary_emb::rope(&x, &cos, &sin).unwrap()
@@ -186,13 +186,13 @@ impl<'a> StepReference<'a> {
     fn rope(&self, x: &mut [f32], heads: usize, positions: &[usize]) {
         let c = &self.r.cfg;
         let d = c.head_dim;
-        let inv: Vec<f32> = (0..d).step_by(2).map(|i| 1f32 / c.rope_theta.powf(i as f32 / d as f32)).collect();
+        let inv: Vec<f32> = (0..d).step_by(2).map(|i| 1f32 / c.rope.theta.powf(i as f32 / d as f32)).collect();
         for (row, &pos) in positions.iter().enumerate() {
             for h in 0..heads {
                 let x = &mut x[(row * heads + h) * d..(row * heads + h + 1) * d];
                 for (i, &f) in inv.iter().enumerate() {
                     let (cos, sin) = ((pos as f32 * f).cos(), (pos as f32 * f).sin());
-                    let (a, b) = if c.rope_interleaved { (2 * i, 2 * i + 1) } else { (i, i + d / 2) };
+                    let (a, b) = if c.rope.interleaved { (2 * i, 2 * i + 1) } else { (i, i + d / 2) };
                     let (xa, xb) = (x[a], x[b]);
                     x[a] = xa * cos - xb * sin;
                     x[b] = xa * sin + xb * cos;

@@ -150,3 +150,34 @@ fn qwen_coder_matches_candle_quantized_qwen2_when_present() {
     assert_equivalent(&path, RefArch::Qwen2, MatmulMode::Quantized, SMALL_POOL, Expect::Close);
     assert_equivalent(&path, RefArch::Qwen2, MatmulMode::Int8, SMALL_POOL, Expect::Close);
 }
+
+/// Qwen3's QK-norm and heads wider than hidden / heads. candle's quantized Qwen3 computes in
+/// the dtype `general.dtype` names (f16 when absent), so the file asks for f32.
+#[test]
+fn tiny_qwen3_is_close_to_candle_quantized_qwen3() {
+    let spec = TinyModelSpec {
+        extra_metadata: vec![("general.dtype".into(), candle_core::quantized::gguf_file::Value::U32(0))],
+        ..TinyModelSpec::qwen3()
+    };
+    let path = tiny_model(&spec, "ref-qwen3");
+    assert_equivalent(&path, RefArch::Qwen3, MatmulMode::Quantized, SMALL_POOL, Expect::Close);
+    assert_equivalent(&path, RefArch::Qwen3, MatmulMode::Int8, SMALL_POOL, Expect::Close);
+}
+
+/// Phi-3's fused QKV and gate/up projections, split at load.
+#[test]
+fn tiny_phi3_is_close_to_candle_quantized_phi3() {
+    let path = tiny_model(&TinyModelSpec::phi3(), "ref-phi3");
+    assert_equivalent(&path, RefArch::Phi3, MatmulMode::Quantized, SMALL_POOL, Expect::Close);
+    assert_equivalent(&path, RefArch::Phi3, MatmulMode::Int8, SMALL_POOL, Expect::Close);
+}
+
+/// Gemma 3: sandwich norms, GELU, scaled embeddings, tied head, and three of four layers in
+/// a window of 8 keys with their own RoPE base, against candle's dense Gemma 3 fed the same
+/// weights; the prompts run far past the window.
+#[test]
+fn tiny_gemma3_is_close_to_candle_gemma3() {
+    let path = tiny_model(&TinyModelSpec::gemma3(), "ref-gemma3");
+    assert_equivalent(&path, RefArch::Gemma3, MatmulMode::Quantized, SMALL_POOL, Expect::Close);
+    assert_equivalent(&path, RefArch::Gemma3, MatmulMode::Int8, SMALL_POOL, Expect::Close);
+}

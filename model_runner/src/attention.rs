@@ -16,6 +16,19 @@ pub struct AttentionShape {
     pub num_kv_heads: usize,
     pub head_dim: usize,
     pub block_size: usize,
+    /// Multiplies `q . k` before the softmax.
+    pub scale: f32,
+    /// A row attends only to the last `window` keys, its own included (sliding-window layers).
+    pub window: Option<usize>,
+}
+
+impl AttentionShape {
+    /// The keys row `i` of a span attends to: `first..num_keys` of its `context_len + i + 1`.
+    pub fn attended_keys(&self, span: &SeqSpan, i: usize) -> Range<usize> {
+        let num_keys = span.context_len + i + 1;
+        let first = self.window.map_or(0, |w| num_keys.saturating_sub(w));
+        first..num_keys
+    }
 }
 
 /// Paged attention over a packed varlen batch: `q` is the step's rotated queries
@@ -123,16 +136,15 @@ fn attend_row<T: KvElem>(
     out_heads: &mut [f32],
     want_metrics: bool,
 ) -> Option<AttnMetrics> {
-    let AttentionShape { num_heads, num_kv_heads, head_dim, block_size } = shape;
+    let AttentionShape { num_heads, num_kv_heads, head_dim, block_size, scale, .. } = shape;
     let group = num_heads / num_kv_heads;
     let kv_row_len = num_kv_heads * head_dim;
-    let i = row - span.query_start;
-    let num_keys = span.context_len + i + 1;
-    let scale = 1.0 / (head_dim as f32).sqrt();
+    let keys = shape.attended_keys(span, row - span.query_start);
+    let num_keys = keys.len();
 
-    // Key j's K and V rows: in the cache through the block table, or, for this step's own
-    // rows, in the step's K/V (resolved once, not per head).
-    let rows: Vec<KvPair<'_, T>> = (0..num_keys)
+    // The K and V rows of each attended key j: in the cache through the block table, or, for
+    // this step's own rows, in the step's K/V (resolved once, not per head).
+    let rows: Vec<KvPair<'_, T>> = keys
         .map(|j| {
             let ((k, v), off) = if j < span.context_len {
                 let slot = span.block_table[j / block_size] as usize * block_size + j % block_size;

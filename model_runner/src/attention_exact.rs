@@ -23,7 +23,7 @@ pub fn exact_attention(
     spans: &[SeqSpan],
     collect_metrics: bool,
 ) -> Result<(Vec<f32>, Vec<Option<AttnMetrics>>)> {
-    let AttentionShape { num_heads, num_kv_heads, head_dim, block_size } = shape;
+    let AttentionShape { num_heads, num_kv_heads, head_dim, block_size, scale, window } = shape;
     let q_row_len = num_heads * head_dim;
     let kv_row_len = num_kv_heads * head_dim;
     let rows = q.len() / q_row_len;
@@ -51,17 +51,26 @@ pub fn exact_attention(
             Ok(candle_transformers::utils::repeat_kv(t, num_heads / num_kv_heads)?)
         };
         let (k, v) = (to_heads(k_rows)?, to_heads(v_rows)?);
-        let mut att = (q.matmul(&k.t()?)? / (head_dim as f64).sqrt())?;
-        if q_len > 1 {
-            let mask: Vec<u8> = (0..q_len).flat_map(|i| (0..n).map(move |j| u8::from(j > ctx + i))).collect();
+        // The default scale divides by sqrt(head_dim), as candle-transformers' models do.
+        let att = q.matmul(&k.t()?)?;
+        let mut att = if scale == crate::config::ModelConfig::default_attention_scale(head_dim) {
+            (att / (head_dim as f64).sqrt())?
+        } else {
+            (att * scale as f64)?
+        };
+        let masked = |i: usize, j: usize| j > ctx + i || window.is_some_and(|w| j + w <= ctx + i);
+        if q_len > 1 || window.is_some_and(|w| w < n) {
+            let mask: Vec<u8> = (0..q_len).flat_map(|i| (0..n).map(move |j| u8::from(masked(i, j)))).collect();
             let mask = Tensor::from_vec(mask, (q_len, n), &device)?.broadcast_as(att.shape())?;
             let neg_inf = Tensor::new(f32::NEG_INFINITY, &device)?.broadcast_as(att.shape())?;
             att = mask.where_cond(&neg_inf, &att)?;
         }
         if collect_metrics && span.want_attn_metrics {
             let last = att.narrow(2, q_len - 1, 1)?.squeeze(2)?.squeeze(0)?;
-            let scores = last.narrow(D::Minus1, 0, n)?.flatten_all()?.to_vec1::<f32>()?;
-            metrics[s] = Some(attention_metrics_padded(&scores, num_heads, n, span.attn_pad_to));
+            // Over the keys the row attends to, as in the fused kernel.
+            let first = window.map_or(0, |w| n.saturating_sub(w));
+            let scores = last.narrow(D::Minus1, first, n - first)?.flatten_all()?.to_vec1::<f32>()?;
+            metrics[s] = Some(attention_metrics_padded(&scores, num_heads, n - first, span.attn_pad_to));
         }
         let att = candle_nn::ops::softmax_last_dim(&att)?;
         let y = att.matmul(&v.contiguous()?)?.transpose(1, 2)?.contiguous()?;

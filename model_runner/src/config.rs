@@ -1,34 +1,75 @@
-use candle_core::quantized::gguf_file;
+//! What the shared forward needs to know about a model: its shapes and the few choices that
+//! tell one family from another (norms, activation, RoPE, which layers attend in a window).
+//! A family is a description here, read from GGUF metadata in `gguf_config.rs` or from a
+//! checkpoint's `config.json` in `hf_config.rs`, never a forward of its own.
 
-use crate::error::{ModelError, Result};
-
-/// Transformer families this runner executes; they differ only in tensor names and small
-/// details (QKV bias, RoPE pairing), so one forward serves both.
+/// Transformer families this runner executes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Architecture {
     Llama,
     Qwen2,
-    /// Qwen3 layout: no QKV bias, RMSNorm on each query/key head before RoPE (Hugging Face
-    /// checkpoints only; WeDLM-8B is one).
+    /// No QKV bias, RMSNorm on each query/key head before RoPE.
     Qwen3,
+    /// Q/K norms, a second norm after attention and after the MLP, GELU, embeddings scaled by
+    /// sqrt(hidden), and 5 of every 6 layers attending in a sliding window with their own RoPE base.
+    Gemma3,
+    /// Fused QKV and gate/up projections; RoPE frequency factors for its long-context variants.
+    Phi3,
 }
 
 impl Architecture {
-    fn from_name(name: &str) -> Result<Self> {
-        match name {
-            "llama" => Ok(Self::Llama),
-            "qwen2" => Ok(Self::Qwen2),
-            other => Err(ModelError::Unsupported(format!("architecture `{other}` (supported: llama, qwen2)"))),
-        }
-    }
-
     pub fn name(self) -> &'static str {
         match self {
             Self::Llama => "llama",
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
+            Self::Gemma3 => "gemma3",
+            Self::Phi3 => "phi3",
         }
     }
+}
+
+/// The MLP's gate activation: `act(gate) * up`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    /// GELU with the tanh approximation (`gelu_pytorch_tanh`, ggml's `gelu`).
+    GeluTanh,
+}
+
+/// How positions rotate queries and keys (ggml's `rope_ext` parameters).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeConfig {
+    pub theta: f32,
+    /// Leading dimensions of each head that rotate (`rope.dimension_count`); the rest pass through.
+    pub rotary_dim: usize,
+    /// GGUF llama weights are permuted for interleaved (2i, 2i+1) pairs; the other families
+    /// use NEOX pairs (i, i + d/2). Same mapping as llama.cpp's `llama_model_rope_type`.
+    pub interleaved: bool,
+    /// Linear position scaling (`1 / rope.scaling.factor`).
+    pub freq_scale: f32,
+    /// Multiplies cos and sin (`rope.scaling.attn_factor`).
+    pub attn_factor: f32,
+    /// Per-frequency divisors (`rope_freqs.weight` for Llama 3.x, `rope_factors_short.weight`
+    /// for Phi-3 long-context files), `rotary_dim / 2` of them.
+    pub freq_factors: Option<Vec<f32>>,
+}
+
+impl RopeConfig {
+    /// Plain RoPE over the whole head.
+    pub fn plain(theta: f32, head_dim: usize, interleaved: bool) -> Self {
+        Self { theta, rotary_dim: head_dim, interleaved, freq_scale: 1.0, attn_factor: 1.0, freq_factors: None }
+    }
+}
+
+/// Layers that attend only to the last `size` keys (their own included).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlidingWindow {
+    pub size: usize,
+    /// `windowed[l]`: layer `l` attends in the window; the others attend to everything.
+    pub windowed: Vec<bool>,
+    /// RoPE of the windowed layers (their own base, no position scaling).
+    pub rope: RopeConfig,
 }
 
 #[derive(Clone, Debug)]
@@ -42,92 +83,47 @@ pub struct ModelConfig {
     pub head_dim: usize,
     pub vocab_size: usize,
     pub max_position_embeddings: usize,
-    pub rope_theta: f32,
-    /// GGUF llama weights are permuted for interleaved (2i, 2i+1) pairs; qwen2 uses
-    /// NEOX pairs (i, i + d/2). Same mapping as llama.cpp's `llama_model_rope_type`.
-    pub rope_interleaved: bool,
+    /// RoPE of every layer that is not windowed.
+    pub rope: RopeConfig,
     pub rms_norm_eps: f32,
     pub qkv_bias: bool,
-    /// Per-head RMSNorm of Q and K before RoPE (Qwen3's QK-norm).
+    /// Per-head RMSNorm of Q and K before RoPE.
     pub qk_norm: bool,
+    /// RMSNorm of the attention output and of the MLP output before each joins the residual.
+    pub sandwich_norms: bool,
+    pub activation: Activation,
+    /// Token embeddings are multiplied by this before the first layer.
+    pub embedding_scale: Option<f32>,
+    /// Multiplies `q . k` before the softmax.
+    pub attention_scale: f32,
+    /// Final logits become `cap * tanh(logits / cap)`.
+    pub final_logit_softcap: Option<f32>,
+    pub sliding_window: Option<SlidingWindow>,
     /// The `[MASK]` id WeDLM checkpoints predict through; `None` for ordinary models.
     pub mask_token_id: Option<u32>,
 }
 
 impl ModelConfig {
-    pub fn from_gguf(content: &gguf_file::Content) -> Result<Self> {
-        let arch_name = metadata_string(content, "general.architecture")?;
-        let architecture = Architecture::from_name(&arch_name)?;
-        let key = |k: &str| format!("{arch_name}.{k}");
-        let num_heads = metadata_u32(content, &key("attention.head_count"))? as usize;
-        let hidden_size = metadata_u32(content, &key("embedding_length"))? as usize;
-        if num_heads == 0 || !hidden_size.is_multiple_of(num_heads) {
-            return Err(ModelError::Unsupported(format!(
-                "embedding_length {hidden_size} not divisible by head_count {num_heads}"
-            )));
-        }
-        let num_kv_heads =
-            metadata_u32(content, &key("attention.head_count_kv")).map(|v| v as usize).unwrap_or(num_heads);
-        if num_kv_heads == 0 || !num_heads.is_multiple_of(num_kv_heads) {
-            return Err(ModelError::Unsupported(format!(
-                "head_count {num_heads} not a multiple of head_count_kv {num_kv_heads}"
-            )));
-        }
-        let head_dim = hidden_size / num_heads;
-        let vocab_size = content
-            .tensor_infos
-            .get("token_embd.weight")
-            .map(|t| t.shape.dims()[0])
-            .ok_or_else(|| ModelError::MissingMetadata("tensor token_embd.weight".into()))?;
-        Ok(Self {
-            architecture,
-            hidden_size,
-            intermediate_size: metadata_u32(content, &key("feed_forward_length"))? as usize,
-            num_layers: metadata_u32(content, &key("block_count"))? as usize,
-            num_heads,
-            num_kv_heads,
-            head_dim,
-            vocab_size,
-            max_position_embeddings: metadata_u32(content, &key("context_length")).map(|v| v as usize).unwrap_or(4096),
-            rope_theta: metadata_f32(content, &key("rope.freq_base")).unwrap_or(10_000.0),
-            rope_interleaved: architecture == Architecture::Llama,
-            rms_norm_eps: metadata_f32(content, &key("attention.layer_norm_rms_epsilon"))?,
-            qkv_bias: architecture == Architecture::Qwen2,
-            qk_norm: false,
-            mask_token_id: None,
-        })
-    }
-
     /// Bytes of K plus V for one token across all layers, in f32.
     pub fn kv_bytes_per_token(&self) -> usize {
         2 * self.num_layers * self.num_kv_heads * self.head_dim * std::mem::size_of::<f32>()
     }
-}
 
-fn metadata<'a>(content: &'a gguf_file::Content, key: &str) -> Result<&'a gguf_file::Value> {
-    content.metadata.get(key).ok_or_else(|| ModelError::MissingMetadata(key.to_string()))
-}
+    /// The window layer `l` attends in, if any.
+    pub fn layer_window(&self, l: usize) -> Option<usize> {
+        self.sliding_window.as_ref().filter(|w| w.windowed.get(l).copied().unwrap_or(false)).map(|w| w.size)
+    }
 
-fn metadata_u32(content: &gguf_file::Content, key: &str) -> Result<u32> {
-    let value = metadata(content, key)?;
-    value
-        .to_u32()
-        .or_else(|_| value.to_u64().map(|v| v as u32))
-        .or_else(|_| value.to_i32().map(|v| v as u32))
-        .map_err(|_| ModelError::MissingMetadata(format!("{key} (expected an integer)")))
-}
+    /// The RoPE layer `l` rotates with.
+    pub fn layer_rope(&self, l: usize) -> &RopeConfig {
+        match &self.sliding_window {
+            Some(w) if w.windowed.get(l).copied().unwrap_or(false) => &w.rope,
+            _ => &self.rope,
+        }
+    }
 
-fn metadata_f32(content: &gguf_file::Content, key: &str) -> Result<f32> {
-    let value = metadata(content, key)?;
-    value
-        .to_f32()
-        .or_else(|_| value.to_f64().map(|v| v as f32))
-        .map_err(|_| ModelError::MissingMetadata(format!("{key} (expected a float)")))
-}
-
-fn metadata_string(content: &gguf_file::Content, key: &str) -> Result<String> {
-    metadata(content, key)?
-        .to_string()
-        .cloned()
-        .map_err(|_| ModelError::MissingMetadata(format!("{key} (expected a string)")))
+    /// The default `1 / sqrt(head_dim)` attention scale.
+    pub fn default_attention_scale(head_dim: usize) -> f32 {
+        1.0 / (head_dim as f32).sqrt()
+    }
 }

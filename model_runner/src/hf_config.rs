@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::config::{Architecture, ModelConfig};
+use crate::config::{Activation, Architecture, ModelConfig, RopeConfig};
 use crate::error::{ModelError, Result};
 
 /// WeDLM's fallback `[MASK]` id when a WeDLM `config.json` names none: the first id after
@@ -81,13 +81,18 @@ impl HfConfig {
             head_dim,
             vocab_size,
             max_position_embeddings: cfg.opt_usize("max_position_embeddings")?.unwrap_or(4096),
-            rope_theta: cfg.f32("rope_theta").unwrap_or(10_000.0),
             // Hugging Face q/k weights are laid out for rotate_half (NEOX pairs) in every family;
             // only llama.cpp's GGUF conversion permutes llama to interleaved pairs.
-            rope_interleaved: false,
+            rope: RopeConfig::plain(cfg.f32("rope_theta").unwrap_or(10_000.0), head_dim, false),
             rms_norm_eps: cfg.f32("rms_norm_eps").unwrap_or(1e-6),
             qkv_bias,
             qk_norm,
+            sandwich_norms: false,
+            activation: Activation::Silu,
+            embedding_scale: None,
+            attention_scale: ModelConfig::default_attention_scale(head_dim),
+            final_logit_softcap: None,
+            sliding_window: None,
             mask_token_id,
         };
         Ok(Self {

@@ -1,5 +1,6 @@
-//! Model execution for entrobatch: GGUF llama/qwen2 models and Hugging Face checkpoint
-//! directories (llama, qwen2, qwen3, WeDLM; `load_model` picks by path) run one packed varlen
+//! Model execution for entrobatch: GGUF models (llama with Llama 3.x RoPE scaling, qwen2,
+//! qwen3, gemma3, phi3) and Hugging Face checkpoint directories (llama, qwen2, qwen3, WeDLM;
+//! `load_model` picks by path) run one packed varlen
 //! batch per step over a paged KV cache, plus the tokenizer from the GGUF metadata or the
 //! directory's tokenizer.json.
 
@@ -12,6 +13,7 @@ pub mod batch;
 pub mod config;
 pub mod embedding;
 pub mod error;
+pub mod gguf_config;
 pub mod gguf_loader;
 pub mod hf_config;
 pub mod hf_loader;
@@ -38,7 +40,7 @@ pub use tokenizer::{chat_template, recommended_sampling};
 
 pub use batch::{ForwardBatch, SeqSpan};
 pub use chat_template::{ChatMessage, ChatTemplate};
-pub use config::{Architecture, ModelConfig};
+pub use config::{Activation, Architecture, ModelConfig, RopeConfig, SlidingWindow};
 pub use embedding::Embedding;
 pub use error::{ModelError, Result};
 pub use gguf_loader::load_gguf;

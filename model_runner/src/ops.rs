@@ -47,6 +47,25 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// `gate = gelu_tanh(gate) * up`, elementwise, with candle's and ggml's tanh approximation
+/// `0.5 v (1 + tanh(sqrt(2/pi) v (1 + 0.044715 v^2)))`.
+pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
+    let chunk = |(g, u): (&mut [f32], &[f32])| {
+        for (v, &u) in g.iter_mut().zip(u) {
+            let x = *v;
+            *v = 0.5 * x * (1.0 + (SQRT_TWO_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh()) * u;
+        }
+    };
+    const CHUNK: usize = 4096;
+    if gate.len() < PARALLEL_FROM {
+        chunk((gate, up));
+    } else {
+        gate.par_chunks_mut(CHUNK).zip(up.par_chunks(CHUNK)).for_each(chunk);
+    }
+}
+
+const SQRT_TWO_OVER_PI: f32 = 0.797_884_6;
+
 /// `x += y`, elementwise (the residual connection).
 pub fn add_in_place(x: &mut [f32], y: &[f32]) {
     x.iter_mut().zip(y).for_each(|(a, &b)| *a += b);

@@ -1,29 +1,45 @@
+use crate::config::RopeConfig;
+
 /// Rotary embedding tables indexed by absolute position, applied row by row so every token
 /// of a packed batch can sit at its own position (prefill chunks, decodes, WeDLM windows).
 pub struct Rope {
     cos: Vec<f32>,
     sin: Vec<f32>,
-    half_dim: usize,
+    /// Rotated pairs per head (`rotary_dim / 2`).
+    half_rot: usize,
+    head_dim: usize,
     max_positions: usize,
     interleaved: bool,
 }
 
 impl Rope {
-    pub fn new(head_dim: usize, theta: f32, max_positions: usize, interleaved: bool) -> Self {
-        let half_dim = head_dim / 2;
-        // Same f32 formula as candle-transformers so positions rotate bit-identically.
-        let inv_freq: Vec<f32> =
-            (0..head_dim).step_by(2).map(|i| 1f32 / theta.powf(i as f32 / head_dim as f32)).collect();
-        let mut cos = Vec::with_capacity(max_positions * half_dim);
-        let mut sin = Vec::with_capacity(max_positions * half_dim);
+    /// Tables for `max_positions` positions. The angle of pair `i` at position `p` is
+    /// `p * theta^(-2i / rotary_dim) * freq_scale / freq_factors[i]`, and cos and sin are
+    /// multiplied by `attn_factor` (ggml's `rope_ext` without YaRN extrapolation).
+    pub fn new(config: &RopeConfig, head_dim: usize, max_positions: usize) -> Self {
+        let rot = config.rotary_dim.min(head_dim);
+        let half_rot = rot / 2;
+        // Same f32 formula as candle-transformers, and a scale or factor of 1 changes no bit,
+        // so plain RoPE rotates bit-identically to its models.
+        let inv_freq: Vec<f32> = (0..rot)
+            .step_by(2)
+            .enumerate()
+            .map(|(pair, i)| {
+                let base = 1f32 / config.theta.powf(i as f32 / rot as f32);
+                let factor = config.freq_factors.as_ref().and_then(|f| f.get(pair)).copied().unwrap_or(1.0);
+                base * config.freq_scale / factor
+            })
+            .collect();
+        let mut cos = Vec::with_capacity(max_positions * half_rot);
+        let mut sin = Vec::with_capacity(max_positions * half_rot);
         for pos in 0..max_positions {
             for &f in &inv_freq {
                 let angle = pos as f32 * f;
-                cos.push(angle.cos());
-                sin.push(angle.sin());
+                cos.push(angle.cos() * config.attn_factor);
+                sin.push(angle.sin() * config.attn_factor);
             }
         }
-        Self { cos, sin, half_dim, max_positions, interleaved }
+        Self { cos, sin, half_rot, head_dim, max_positions, interleaved: config.interleaved }
     }
 
     pub fn max_positions(&self) -> usize {
@@ -32,28 +48,76 @@ impl Rope {
 
     /// Rotates `x` = `[rows, heads, head_dim]` in place; `positions[row]` must be < max_positions.
     pub fn apply(&self, x: &mut [f32], heads: usize, positions: &[u32]) {
-        let head_dim = 2 * self.half_dim;
+        let (head_dim, half) = (self.head_dim, self.half_rot);
         for (row, &pos) in positions.iter().enumerate() {
-            let table = pos as usize * self.half_dim;
-            let cos = &self.cos[table..table + self.half_dim];
-            let sin = &self.sin[table..table + self.half_dim];
+            let table = pos as usize * half;
+            let cos = &self.cos[table..table + half];
+            let sin = &self.sin[table..table + half];
             let row_data = &mut x[row * heads * head_dim..(row + 1) * heads * head_dim];
             for head in row_data.chunks_exact_mut(head_dim) {
                 if self.interleaved {
-                    for i in 0..self.half_dim {
+                    for i in 0..half {
                         let (a, b) = (head[2 * i], head[2 * i + 1]);
                         head[2 * i] = a * cos[i] - b * sin[i];
                         head[2 * i + 1] = a * sin[i] + b * cos[i];
                     }
                 } else {
-                    let (lo, hi) = head.split_at_mut(self.half_dim);
-                    for i in 0..self.half_dim {
+                    let (lo, hi) = head[..2 * half].split_at_mut(half);
+                    for i in 0..half {
                         let (a, b) = (lo[i], hi[i]);
                         lo[i] = a * cos[i] - b * sin[i];
                         hi[i] = a * sin[i] + b * cos[i];
                     }
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One head rotated by the definition: each pair `(x_a, x_b)` turns by its angle, scaled.
+    fn rotate_by_definition(x: &[f32], pos: f32, cfg: &RopeConfig) -> Vec<f32> {
+        let rot = cfg.rotary_dim;
+        let mut out = x.to_vec();
+        for i in 0..rot / 2 {
+            let factor = cfg.freq_factors.as_ref().map_or(1.0, |f| f[i] as f64);
+            let freq = (cfg.theta as f64).powf(-((2 * i) as f64) / rot as f64) * cfg.freq_scale as f64 / factor;
+            let (c, s) = ((pos as f64 * freq).cos(), (pos as f64 * freq).sin());
+            let (a, b) = if cfg.interleaved { (2 * i, 2 * i + 1) } else { (i, i + rot / 2) };
+            let (xa, xb) = (x[a] as f64, x[b] as f64);
+            let m = cfg.attn_factor as f64;
+            out[a] = ((xa * c - xb * s) * m) as f32;
+            out[b] = ((xa * s + xb * c) * m) as f32;
+        }
+        out
+    }
+
+    /// Partial rotation, linear scaling, frequency factors and the attention factor, in both
+    /// pairings, agree with the rotation written out in f64.
+    #[test]
+    fn scaled_partial_rope_matches_the_definition() {
+        let head_dim = 16;
+        let x: Vec<f32> = (0..head_dim).map(|i| (i as f32 * 0.37).sin() + 0.1).collect();
+        for interleaved in [false, true] {
+            let cfg = RopeConfig {
+                theta: 10_000.0,
+                rotary_dim: 12,
+                interleaved,
+                freq_scale: 0.125,
+                attn_factor: 1.19,
+                freq_factors: Some(vec![1.0, 1.5, 2.0, 4.0, 8.0, 32.0]),
+            };
+            let rope = Rope::new(&cfg, head_dim, 300);
+            let mut got = x.clone();
+            rope.apply(&mut got, 1, &[257]);
+            let want = rotate_by_definition(&x, 257.0, &cfg);
+            for (d, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!((g - w).abs() < 2e-4, "interleaved={interleaved} dim {d}: {g} vs {w}");
+            }
+            assert_eq!(&got[12..], &x[12..], "dims past rotary_dim must pass through");
         }
     }
 }

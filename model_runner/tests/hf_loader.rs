@@ -97,7 +97,7 @@ fn qwen3_bf16_with_qk_norm_and_wide_heads_matches_candle_transformers() {
     let (model, _) = load_model(&dir, MatmulMode::default()).unwrap();
     let cfg = model.config();
     assert_eq!(cfg.architecture, Architecture::Qwen3);
-    assert!(cfg.qk_norm && !cfg.qkv_bias && !cfg.rope_interleaved);
+    assert!(cfg.qk_norm && !cfg.qkv_bias && !cfg.rope.interleaved);
     assert_eq!((cfg.head_dim, cfg.mask_token_id), (32, Some(TINY_MASK_TOKEN_ID)));
     assert_close("qwen3", &ours(&dir, PROMPT), &reference(&dir, TinyHfArch::Qwen3, PROMPT));
 }
@@ -180,7 +180,7 @@ fn real_wedlm_8b_style_config_parses() {
     assert!(m.qk_norm && !m.qkv_bias);
     assert_eq!((m.num_heads, m.num_kv_heads, m.head_dim, m.num_layers), (32, 8, 128, 36));
     assert_eq!(m.mask_token_id, Some(DEFAULT_MASK_TOKEN_ID));
-    assert_eq!(m.rope_theta, 1e6);
+    assert_eq!(m.rope.theta, 1e6);
     assert_eq!(cfg.eos_token_ids, vec![151645, 151643]);
     let with_mask = text.replace("\"qk_norm\"", "\"mask_token_id\": 151666, \"qk_norm\"");
     assert_eq!(HfConfig::parse(&with_mask).unwrap().model.mask_token_id, Some(151_666));

@@ -6,7 +6,8 @@ use entrobatch_model_runner::attention::{paged_attention, AttentionShape};
 use entrobatch_model_runner::kv_cache::LayerKv;
 use entrobatch_model_runner::{AttnMetrics, KvDtype, SeqSpan};
 
-const SHAPE: AttentionShape = AttentionShape { num_heads: 6, num_kv_heads: 2, head_dim: 16, block_size: 4 };
+const SHAPE: AttentionShape =
+    AttentionShape { num_heads: 6, num_kv_heads: 2, head_dim: 16, block_size: 4, scale: 0.25, window: None };
 
 fn values(len: usize, seed: usize) -> Vec<f32> {
     (0..len).map(|i| ((i * 2654435761 + seed * 40503) % 1999) as f32 / 999.5 - 1.0).collect()

@@ -46,6 +46,8 @@ impl Reference {
             TinyArch::Qwen2 => {
                 Self::Qwen2(quantized_qwen2::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap())
             }
+            // The other families are compared with their references in the root tests/family_logits.rs.
+            other => unreachable!("this file checks llama and qwen2 only, not {other:?}"),
         }
     }
 
@@ -145,6 +147,7 @@ fn metadata_and_tensor_layout() {
             match spec.arch {
                 TinyArch::Qwen2 => assert_eq!(info(b).ggml_dtype, GgmlDType::F32),
                 TinyArch::Llama => assert!(!c.tensor_infos.contains_key(b)),
+                other => unreachable!("this file checks llama and qwen2 only, not {other:?}"),
             }
         }
         let expected_tensors = 1 + 2 + spec.n_layers * if spec.arch == TinyArch::Qwen2 { 12 } else { 9 };
@@ -188,6 +191,7 @@ fn tiny_tokenizer_round_trips() {
         match arch {
             TinyArch::Llama => assert_eq!((tok.bos_token_id, im_start), (Some(1), 1)),
             TinyArch::Qwen2 => assert_eq!(tok.bos_token_id, Some(eot)),
+            other => unreachable!("this file checks llama and qwen2 only, not {other:?}"),
         }
         assert_eq!(
             tok.encode("Hello world", false).unwrap(),

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
-use candle_transformers::models::{quantized_llama, quantized_qwen2};
+use candle_transformers::models::{gemma3, quantized_llama, quantized_phi3, quantized_qwen2, quantized_qwen3};
 use entrobatch::model_runner::testing::{write_tiny_gguf, TinyModelSpec};
 use entrobatch::{Engine, EngineConfig, GenerationParams, MatmulMode, Prompt, SamplingParams};
 
@@ -51,11 +51,20 @@ pub fn tiny_eval_model(name: &str) -> PathBuf {
 pub enum RefArch {
     Llama,
     Qwen2,
+    Qwen3,
+    Phi3,
+    /// candle-transformers' Hugging Face Gemma 3 (`gemma3.rs`) over the GGUF's weights,
+    /// dequantized and renamed: its quantized Gemma 3 runs SiLU where Gemma runs GELU and
+    /// does not window decode steps, so it is no reference.
+    Gemma3,
 }
 
 enum RefModel {
     Llama(quantized_llama::ModelWeights),
     Qwen2(quantized_qwen2::ModelWeights),
+    Qwen3(quantized_qwen3::ModelWeights),
+    Phi3(quantized_phi3::ModelWeights),
+    Gemma3(gemma3::Model),
 }
 
 impl RefModel {
@@ -63,6 +72,19 @@ impl RefModel {
         match self {
             Self::Llama(m) => m.forward(x, pos).expect("reference forward"),
             Self::Qwen2(m) => m.forward(x, pos).expect("reference forward"),
+            Self::Qwen3(m) => m.forward(x, pos).expect("reference forward"),
+            Self::Phi3(m) => m.forward(x, pos).expect("reference forward"),
+            // One token at a time: candle's Gemma 3 prefill mask lets a windowed layer see one
+            // key more than its window, its decode steps see exactly the window (as Gemma does).
+            Self::Gemma3(m) => {
+                let n = x.dim(1).expect("batch of tokens");
+                let mut last = None;
+                for i in 0..n {
+                    let token = x.narrow(1, i, 1).expect("token");
+                    last = Some(m.forward(&token, pos + i).expect("reference forward"));
+                }
+                last.expect("at least one token")
+            }
         }
     }
 }
@@ -70,14 +92,86 @@ impl RefModel {
 fn load_reference(path: &Path, arch: RefArch) -> RefModel {
     let mut file = std::fs::File::open(path).expect("open model");
     let content = gguf_file::Content::read(&mut file).expect("read gguf");
+    let device = &Device::Cpu;
     match arch {
         RefArch::Llama => {
-            RefModel::Llama(quantized_llama::ModelWeights::from_gguf(content, &mut file, &Device::Cpu).expect("load"))
+            RefModel::Llama(quantized_llama::ModelWeights::from_gguf(content, &mut file, device).expect("load"))
         }
         RefArch::Qwen2 => {
-            RefModel::Qwen2(quantized_qwen2::ModelWeights::from_gguf(content, &mut file, &Device::Cpu).expect("load"))
+            RefModel::Qwen2(quantized_qwen2::ModelWeights::from_gguf(content, &mut file, device).expect("load"))
         }
+        RefArch::Qwen3 => {
+            RefModel::Qwen3(quantized_qwen3::ModelWeights::from_gguf(content, &mut file, device).expect("load"))
+        }
+        RefArch::Phi3 => {
+            RefModel::Phi3(quantized_phi3::ModelWeights::from_gguf(false, content, &mut file, device).expect("load"))
+        }
+        RefArch::Gemma3 => RefModel::Gemma3(gemma3_from_gguf(content, &mut file)),
     }
+}
+
+/// candle's dense Gemma 3 with the GGUF's weights under Hugging Face names. llama.cpp's
+/// conversion stores every RMSNorm weight as `1 + w` (Gemma normalizes by `1 + w`), so 1 is
+/// taken off again.
+fn gemma3_from_gguf(content: gguf_file::Content, file: &mut std::fs::File) -> gemma3::Model {
+    let md = |k: &str| content.metadata.get(&format!("gemma3.{k}")).unwrap_or_else(|| panic!("gemma3.{k}"));
+    let u = |k: &str| md(k).to_u32().expect("integer") as usize;
+    let f = |k: &str| md(k).to_f32().expect("float") as f64;
+    let vocab_size = content.tensor_infos["token_embd.weight"].shape.dims()[0];
+    let config = gemma3::Config {
+        attention_bias: false,
+        head_dim: u("attention.key_length"),
+        hidden_activation: candle_nn::Activation::GeluPytorchTanh,
+        hidden_size: u("embedding_length"),
+        intermediate_size: u("feed_forward_length"),
+        num_attention_heads: u("attention.head_count"),
+        num_hidden_layers: u("block_count"),
+        num_key_value_heads: u("attention.head_count_kv"),
+        rms_norm_eps: f("attention.layer_norm_rms_epsilon"),
+        rope_theta: f("rope.freq_base"),
+        rope_local_base_freq: f("rope.freq_base_swa"),
+        vocab_size,
+        final_logit_softcapping: None,
+        attn_logit_softcapping: None,
+        query_pre_attn_scalar: u("attention.key_length"),
+        sliding_window: u("attention.sliding_window"),
+        sliding_window_pattern: u("attention.sliding_window_pattern"),
+        max_position_embeddings: u("context_length"),
+    };
+    let names: Vec<String> = content.tensor_infos.keys().cloned().collect();
+    let mut tensors = std::collections::HashMap::new();
+    for name in names {
+        let t =
+            content.tensor(file, &name, &Device::Cpu).expect("tensor").dequantize(&Device::Cpu).expect("dequantize");
+        let (hf, is_norm) = match name.split('.').collect::<Vec<_>>().as_slice() {
+            ["token_embd", "weight"] => ("model.embed_tokens.weight".to_string(), false),
+            ["output_norm", "weight"] => ("model.norm.weight".to_string(), true),
+            ["blk", l, part, "weight"] => {
+                let hf_part = match *part {
+                    "attn_norm" => "input_layernorm",
+                    "post_attention_norm" => "post_attention_layernorm",
+                    "ffn_norm" => "pre_feedforward_layernorm",
+                    "post_ffw_norm" => "post_feedforward_layernorm",
+                    "attn_q_norm" => "self_attn.q_norm",
+                    "attn_k_norm" => "self_attn.k_norm",
+                    "attn_q" => "self_attn.q_proj",
+                    "attn_k" => "self_attn.k_proj",
+                    "attn_v" => "self_attn.v_proj",
+                    "attn_output" => "self_attn.o_proj",
+                    "ffn_gate" => "mlp.gate_proj",
+                    "ffn_up" => "mlp.up_proj",
+                    "ffn_down" => "mlp.down_proj",
+                    other => panic!("unexpected gemma3 tensor {other}"),
+                };
+                (format!("model.layers.{l}.{hf_part}.weight"), part.contains("norm"))
+            }
+            _ => panic!("unexpected gemma3 tensor {name}"),
+        };
+        let t = if is_norm { (t - 1.0).expect("norm") } else { t };
+        tensors.insert(hf, t);
+    }
+    let vb = candle_nn::VarBuilder::from_tensors(tensors, candle_core::DType::F32, &Device::Cpu);
+    gemma3::Model::new(false, &config, vb).expect("candle gemma3")
 }
 
 /// Greedy tokens from candle-transformers' own model, one prompt at a time, no EOS stop.

@@ -46,10 +46,14 @@ impl Model {
                 wo: proj("self_attn.o_proj.weight", h, q_out, None)?,
                 q_norm: norm("q_norm")?,
                 k_norm: norm("k_norm")?,
+                post_attn_norm: None,
                 ffn_norm: ops::values_of(&get("post_attention_layernorm.weight", &[h])?)?,
                 w_gate: proj("mlp.gate_proj.weight", ff, h, None)?,
                 w_up: proj("mlp.up_proj.weight", ff, h, None)?,
                 w_down: proj("mlp.down_proj.weight", h, ff, None)?,
+                post_ffn_norm: None,
+                window: None,
+                rope: 0,
             });
         }
         let final_norm = ops::values_of(&tensors.get("model.norm.weight", &[h])?)?;
@@ -60,8 +64,8 @@ impl Model {
         } else {
             return Err(ModelError::Unsupported("lm_head.weight is missing and tie_word_embeddings is false".into()));
         };
-        let rope = Rope::new(hd, config.rope_theta, config.max_position_embeddings, config.rope_interleaved);
+        let ropes = vec![Rope::new(&config.rope, hd, config.max_position_embeddings)];
         let embedding = Embedding::from_dense(ops::values_of(&embedding)?, h)?;
-        Ok(Self { config, embedding, layers, final_norm, lm_head, rope, exact_attention: false })
+        Ok(Self { config, embedding, layers, final_norm, lm_head, ropes, exact_attention: false })
     }
 }

@@ -1,22 +1,18 @@
-use std::io::{Read, Seek};
-
-use candle_core::quantized::gguf_file;
-use candle_core::{Device, Tensor};
-
 use crate::attention::{paged_attention, AttentionShape};
 use crate::attention_exact::exact_attention;
 use crate::batch::ForwardBatch;
+use crate::config::Activation;
 use crate::config::ModelConfig;
 use crate::embedding::Embedding;
 use crate::error::{ModelError, Result};
-use crate::int8_gemm;
 use crate::kv_cache::{KvCache, LayerKv};
-use crate::linear::{AttentionKernel, Linear, MatmulMode};
+use crate::linear::{AttentionKernel, Linear};
 use crate::metrics::AttnMetrics;
 use crate::ops;
 use crate::rope::Rope;
 
-// Hugging Face safetensors loading builds `Model`/`Layer` directly, so it lives in a child module.
+// Loading builds `Model`/`Layer` directly, so each format's loader is a child module.
+mod gguf_weights;
 mod hf_weights;
 
 struct Layer {
@@ -25,16 +21,23 @@ struct Layer {
     wk: Linear,
     wv: Linear,
     wo: Linear,
-    /// Qwen3 QK-norm weights (`[head_dim]`), applied to every head before RoPE.
+    /// QK-norm weights (`[head_dim]`), applied to every head before RoPE.
     q_norm: Option<Vec<f32>>,
     k_norm: Option<Vec<f32>>,
+    /// Sandwich norms: the attention and MLP outputs are normalized before the residual add.
+    post_attn_norm: Option<Vec<f32>>,
     ffn_norm: Vec<f32>,
     w_gate: Linear,
     w_up: Linear,
     w_down: Linear,
+    post_ffn_norm: Option<Vec<f32>>,
+    /// Keys this layer attends to, counted back from the query's own; `None`: all of them.
+    window: Option<usize>,
+    /// Index into `Model::ropes`.
+    rope: usize,
 }
 
-/// A decoder-only transformer (llama / qwen2 family) whose forward takes a packed varlen batch
+/// A decoder-only transformer (every family `ModelConfig` describes) whose forward takes a packed varlen batch
 /// with per-row positions and slot mapping, instead of candle-transformers' one-sequence,
 /// one-position `forward(x, index_pos)` with its cache inside the model.
 pub struct Model {
@@ -44,7 +47,8 @@ pub struct Model {
     layers: Vec<Layer>,
     final_norm: Vec<f32>,
     lm_head: Linear,
-    rope: Rope,
+    /// The distinct RoPE tables the layers use (one, or a global and a windowed one).
+    ropes: Vec<Rope>,
     /// Mirror candle-transformers' attention ops (see `attention_exact`) instead of the fused kernel.
     exact_attention: bool,
 }
@@ -64,66 +68,6 @@ impl ForwardOutput {
 }
 
 impl Model {
-    pub fn from_gguf<R: Read + Seek>(content: &gguf_file::Content, reader: &mut R, mode: MatmulMode) -> Result<Self> {
-        let device = Device::Cpu;
-        let config = ModelConfig::from_gguf(content)?;
-        let mut tensor = |name: &str| {
-            content
-                .tensor(reader, name, &device)
-                .map_err(|e| ModelError::Load { path: name.to_string(), message: e.to_string() })
-        };
-        let embedding = Embedding::from_qtensor(tensor("token_embd.weight")?)?;
-        if embedding.hidden() != config.hidden_size {
-            return Err(ModelError::Unsupported(format!(
-                "token_embd.weight rows are {} wide, the model's hidden size is {}",
-                embedding.hidden(),
-                config.hidden_size
-            )));
-        }
-        let final_norm = ops::values_of(&tensor("output_norm.weight")?.dequantize(&device)?)?;
-        // A tied lm_head reads the embedding tensor a second time: `Linear` takes its weight
-        // by value and, in the int8 mode, repacks it and drops it, while the embedding keeps
-        // its own blocks (a few tens of MB) instead of an f32 copy of the table.
-        // Asked of the index rather than tried: a failed read is a candle error that captures
-        // a backtrace under RUST_BACKTRACE, and formatting it maps the binary's debug info
-        // into memory (docs/benchmarks/notebook.md, "Memory: peak RSS against llama-server").
-        let lm_head_weight = if content.tensor_infos.contains_key("output.weight") {
-            tensor("output.weight")?
-        } else {
-            tensor("token_embd.weight")?
-        };
-        let lm_head = Linear::new(lm_head_weight, None, mode)?;
-        let mut layers = Vec::with_capacity(config.num_layers);
-        for l in 0..config.num_layers {
-            let p = format!("blk.{l}");
-            let mut bias = |name: &str| -> Result<Option<Tensor>> {
-                if config.qkv_bias {
-                    Ok(Some(tensor(&format!("{p}.{name}.bias"))?.dequantize(&device)?))
-                } else {
-                    Ok(None)
-                }
-            };
-            let (bq, bk, bv) = (bias("attn_q")?, bias("attn_k")?, bias("attn_v")?);
-            layers.push(Layer {
-                attn_norm: ops::values_of(&tensor(&format!("{p}.attn_norm.weight"))?.dequantize(&device)?)?,
-                wq: Linear::new(tensor(&format!("{p}.attn_q.weight"))?, bq, mode)?,
-                wk: Linear::new(tensor(&format!("{p}.attn_k.weight"))?, bk, mode)?,
-                wv: Linear::new(tensor(&format!("{p}.attn_v.weight"))?, bv, mode)?,
-                wo: Linear::new(tensor(&format!("{p}.attn_output.weight"))?, None, mode)?,
-                q_norm: None,
-                k_norm: None,
-                ffn_norm: ops::values_of(&tensor(&format!("{p}.ffn_norm.weight"))?.dequantize(&device)?)?,
-                w_gate: Linear::new(tensor(&format!("{p}.ffn_gate.weight"))?, None, mode)?,
-                w_up: Linear::new(tensor(&format!("{p}.ffn_up.weight"))?, None, mode)?,
-                w_down: Linear::new(tensor(&format!("{p}.ffn_down.weight"))?, None, mode)?,
-            });
-            int8_gemm::release_freed_heap();
-        }
-        let rope =
-            Rope::new(config.head_dim, config.rope_theta, config.max_position_embeddings, config.rope_interleaved);
-        Ok(Self { config, embedding, layers, final_norm, lm_head, rope, exact_attention: false })
-    }
-
     /// Chooses the attention implementation (the fused paged kernel by default).
     pub fn set_attention_kernel(&mut self, kernel: AttentionKernel) {
         self.exact_attention = kernel == AttentionKernel::CandleMirror;
@@ -152,26 +96,29 @@ impl Model {
         logits_buffer: Vec<f32>,
     ) -> Result<ForwardOutput> {
         batch.validate(self.config.vocab_size, cache.num_slots(), cache.block_size())?;
-        if let Some(&p) = batch.positions.iter().find(|&&p| p as usize >= self.rope.max_positions()) {
-            return Err(ModelError::InvalidBatch(format!(
-                "position {p} beyond the model's {} positions",
-                self.rope.max_positions()
-            )));
+        let max_positions = self.ropes.iter().map(Rope::max_positions).min().unwrap_or(0);
+        if let Some(&p) = batch.positions.iter().find(|&&p| p as usize >= max_positions) {
+            return Err(ModelError::InvalidBatch(format!("position {p} beyond the model's {max_positions} positions")));
         }
         let cfg = &self.config;
         let rows = batch.num_rows();
         let eps = cfg.rms_norm_eps;
-        let shape = AttentionShape {
-            num_heads: cfg.num_heads,
-            num_kv_heads: cfg.num_kv_heads,
-            head_dim: cfg.head_dim,
-            block_size: cache.block_size(),
-        };
         let hidden = cfg.hidden_size;
         let mut x = self.embedding.gather(batch.input_ids.iter().map(|&t| t as usize))?;
+        if let Some(scale) = cfg.embedding_scale {
+            x.iter_mut().for_each(|v| *v *= scale);
+        }
         let mut attn_metrics = vec![None; batch.seqs.len()];
         let last_layer = self.layers.len().saturating_sub(1);
         for (l, layer) in self.layers.iter().enumerate() {
+            let shape = AttentionShape {
+                num_heads: cfg.num_heads,
+                num_kv_heads: cfg.num_kv_heads,
+                head_dim: cfg.head_dim,
+                block_size: cache.block_size(),
+                scale: cfg.attention_scale,
+                window: layer.window,
+            };
             let h = ops::rms_norm(&x, &layer.attn_norm, eps);
             let [mut q, mut k, v] = Linear::forward_many([&layer.wq, &layer.wk, &layer.wv], &h, rows)?;
             if let Some(w) = &layer.q_norm {
@@ -180,8 +127,9 @@ impl Model {
             if let Some(w) = &layer.k_norm {
                 k = ops::rms_norm(&k, w, eps);
             }
-            self.rope.apply(&mut q, cfg.num_heads, &batch.positions);
-            self.rope.apply(&mut k, cfg.num_kv_heads, &batch.positions);
+            let rope = &self.ropes[layer.rope];
+            rope.apply(&mut q, cfg.num_heads, &batch.positions);
+            rope.apply(&mut k, cfg.num_kv_heads, &batch.positions);
             let step = LayerKv::from_rows(cache.dtype(), k, v);
             cache.store(l, &batch.slot_mapping, &step)?;
             let (attn, metrics) = if self.exact_attention {
@@ -192,18 +140,33 @@ impl Model {
             if l == last_layer {
                 attn_metrics = metrics;
             }
-            ops::add_in_place(&mut x, &layer.wo.forward(&attn, rows)?);
+            let mut attn_out = layer.wo.forward(&attn, rows)?;
+            if let Some(w) = &layer.post_attn_norm {
+                attn_out = ops::rms_norm(&attn_out, w, eps);
+            }
+            ops::add_in_place(&mut x, &attn_out);
             let h = ops::rms_norm(&x, &layer.ffn_norm, eps);
             let [mut gate, up] = Linear::forward_many([&layer.w_gate, &layer.w_up], &h, rows)?;
-            ops::silu_mul(&mut gate, &up);
-            ops::add_in_place(&mut x, &layer.w_down.forward(&gate, rows)?);
+            match cfg.activation {
+                Activation::Silu => ops::silu_mul(&mut gate, &up),
+                Activation::GeluTanh => ops::gelu_tanh_mul(&mut gate, &up),
+            }
+            let mut mlp_out = layer.w_down.forward(&gate, rows)?;
+            if let Some(w) = &layer.post_ffn_norm {
+                mlp_out = ops::rms_norm(&mlp_out, w, eps);
+            }
+            ops::add_in_place(&mut x, &mlp_out);
         }
         let logits = if batch.logits_rows.is_empty() {
             Vec::new()
         } else {
             let h = ops::gather_rows(&x, hidden, batch.logits_rows.iter().copied())?;
             let h = ops::rms_norm(&h, &self.final_norm, eps);
-            self.lm_head.forward_into(&h, batch.logits_rows.len(), logits_buffer)?
+            let mut logits = self.lm_head.forward_into(&h, batch.logits_rows.len(), logits_buffer)?;
+            if let Some(cap) = cfg.final_logit_softcap {
+                logits.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
+            }
+            logits
         };
         Ok(ForwardOutput { logits, vocab_size: cfg.vocab_size, attn_metrics })
     }

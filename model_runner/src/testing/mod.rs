@@ -1,5 +1,5 @@
 //! Tiny random-weight GGUF models for tests: a few hundred KB, written in milliseconds, laid
-//! out exactly like llama.cpp's llama/qwen2 conversions (metadata keys, tensor names, F32
+//! out exactly like llama.cpp's llama/qwen2/qwen3/gemma3/phi3 conversions (metadata keys, tensor names, F32
 //! norms, quantized projections, full tokenizer metadata), so loaders, tokenizer and runner can
 //! be tested without a real model file.
 
@@ -13,8 +13,10 @@ use candle_core::{Device, Tensor};
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
 
+mod spm_vocab;
 mod vocab;
 
+pub use spm_vocab::{spm_tokenizer_metadata, SPM_CONTROL, SPM_FIRST_BYTE_ID, SPM_PIECES, SPM_USER_DEFINED};
 pub use vocab::{gpt2_byte_to_unicode, TINY_VOCAB_SIZE};
 
 /// A fresh path `<root>/entrobatch-<pid>-<n>-<name>` for one test's files (nothing is created).
@@ -31,6 +33,9 @@ pub fn unique_test_path(root: &str, name: &str) -> PathBuf {
 pub enum TinyArch {
     Llama,
     Qwen2,
+    Qwen3,
+    Gemma3,
+    Phi3,
 }
 
 impl TinyArch {
@@ -39,7 +44,15 @@ impl TinyArch {
         match self {
             TinyArch::Llama => "llama",
             TinyArch::Qwen2 => "qwen2",
+            TinyArch::Qwen3 => "qwen3",
+            TinyArch::Gemma3 => "gemma3",
+            TinyArch::Phi3 => "phi3",
         }
+    }
+
+    /// Qwen's vocabulary layout (control tokens after the merges) rather than SmolLM2's.
+    pub(crate) fn qwen_vocab(self) -> bool {
+        matches!(self, TinyArch::Qwen2 | TinyArch::Qwen3)
     }
 }
 
@@ -57,6 +70,12 @@ pub struct TinyModelSpec {
     /// `intermediate`) must be a multiple of its block size: 32 for Q8_0/Q4_0/Q4_1, which is
     /// why k-quants (256) don't fit the default 64-wide model.
     pub dtype: GgmlDType,
+    /// Per-head width when it is not `hidden / n_heads` (`attention.key_length`).
+    pub key_length: Option<usize>,
+    /// Gemma 3's sliding window: (window, pattern), the last layer of every `pattern` global.
+    pub sliding_window: Option<(usize, usize)>,
+    /// Llama 3.x RoPE frequency factors (`rope_freqs.weight`), `head_dim / 2` of them.
+    pub rope_freq_factors: Option<Vec<f32>>,
     /// Metadata written after the generated keys, replacing any of the same name: a chat
     /// template of the test's own, `general.sampling.*` recommendations.
     pub extra_metadata: Vec<(String, Value)>,
@@ -74,6 +93,9 @@ impl TinyModelSpec {
             context_length: 512,
             seed: 0,
             dtype: GgmlDType::Q8_0,
+            key_length: None,
+            sliding_window: None,
+            rope_freq_factors: None,
             extra_metadata: Vec::new(),
         }
     }
@@ -82,8 +104,53 @@ impl TinyModelSpec {
         Self { arch: TinyArch::Qwen2, ..Self::llama() }
     }
 
+    /// Heads wider than `hidden / n_heads`, as Qwen3's are.
+    pub fn qwen3() -> Self {
+        Self { arch: TinyArch::Qwen3, key_length: Some(32), ..Self::llama() }
+    }
+
+    /// Four layers, the first three windowed to 8 keys and the last global.
+    pub fn gemma3() -> Self {
+        Self {
+            arch: TinyArch::Gemma3,
+            n_layers: 4,
+            key_length: Some(32),
+            sliding_window: Some((8, 4)),
+            ..Self::llama()
+        }
+    }
+
+    pub fn phi3() -> Self {
+        Self { arch: TinyArch::Phi3, ..Self::llama() }
+    }
+
+    /// Llama with Llama 3.x RoPE frequency factors, computed by Meta's formula (factor 8,
+    /// low/high frequency factors 1 and 4, original context 64: small enough that the
+    /// tiny model's frequencies fall in all three bands).
+    pub fn llama3() -> Self {
+        let spec = Self::llama();
+        let (factor, low, high, original) = (8.0f64, 1.0f64, 4.0f64, 64.0f64);
+        let hd = spec.head_dim();
+        let factors = (0..hd / 2)
+            .map(|i| {
+                let freq = 10_000f64.powf(-((2 * i) as f64) / hd as f64);
+                let wavelen = std::f64::consts::TAU / freq;
+                let (low_wavelen, high_wavelen) = (original / low, original / high);
+                if wavelen < high_wavelen {
+                    1.0
+                } else if wavelen > low_wavelen {
+                    factor as f32
+                } else {
+                    let smooth = (original / wavelen - low) / (high - low);
+                    (1.0 / ((1.0 - smooth) / factor + smooth)) as f32
+                }
+            })
+            .collect();
+        Self { rope_freq_factors: Some(factors), ..spec }
+    }
+
     pub fn head_dim(&self) -> usize {
-        self.hidden / self.n_heads
+        self.key_length.unwrap_or(self.hidden / self.n_heads)
     }
 
     fn validate(&self) -> candle_core::Result<()> {
@@ -146,8 +213,8 @@ pub fn write_tiny_gguf(path: &Path, spec: &TinyModelSpec) -> candle_core::Result
         ("general.quantization_version".into(), Value::U32(2)),
     ];
     let (rope_base, eps) = match spec.arch {
-        TinyArch::Llama => (10_000.0, 1e-5),
-        TinyArch::Qwen2 => (1_000_000.0, 1e-6),
+        TinyArch::Llama | TinyArch::Phi3 => (10_000.0, 1e-5),
+        TinyArch::Qwen2 | TinyArch::Qwen3 | TinyArch::Gemma3 => (1_000_000.0, 1e-6),
     };
     let u32_of = |x: usize| Value::U32(x as u32);
     let mut arch_kv = vec![
@@ -160,10 +227,19 @@ pub fn write_tiny_gguf(path: &Path, spec: &TinyModelSpec) -> candle_core::Result
         ("rope.freq_base", Value::F32(rope_base)),
         ("attention.layer_norm_rms_epsilon", Value::F32(eps)),
     ];
-    if spec.arch == TinyArch::Llama {
-        // Real llama GGUFs carry these; llama.cpp's qwen2 conversions do not.
+    if matches!(spec.arch, TinyArch::Llama | TinyArch::Phi3) {
+        // Real llama and phi3 GGUFs carry these; llama.cpp's qwen conversions do not.
         arch_kv.push(("rope.dimension_count", u32_of(spec.head_dim())));
         arch_kv.push(("vocab_size", u32_of(TINY_VOCAB_SIZE)));
+    }
+    if let Some(d) = spec.key_length {
+        arch_kv.push(("attention.key_length", u32_of(d)));
+        arch_kv.push(("attention.value_length", u32_of(d)));
+    }
+    if let Some((window, pattern)) = spec.sliding_window {
+        arch_kv.push(("attention.sliding_window", u32_of(window)));
+        arch_kv.push(("attention.sliding_window_pattern", u32_of(pattern)));
+        arch_kv.push(("rope.freq_base_swa", Value::F32(10_000.0)));
     }
     metadata.extend(arch_kv.into_iter().map(|(k, v)| (format!("{arch}.{k}"), v)));
     metadata.extend(vocab::tokenizer_metadata(spec.arch)?);
@@ -192,24 +268,50 @@ fn build_tensors(spec: &TinyModelSpec) -> candle_core::Result<Vec<(String, QTens
     let f32q = |t: Tensor| QTensor::quantize(&t, GgmlDType::F32);
 
     out.push(("token_embd.weight".to_string(), quant(rng.tensor(&[TINY_VOCAB_SIZE, h], 0.0, EMBED_STD)?)?));
+    let q = spec.n_heads * hd;
+    let (qk_norms, sandwich) = (matches!(spec.arch, TinyArch::Qwen3 | TinyArch::Gemma3), spec.arch == TinyArch::Gemma3);
     for l in 0..spec.n_layers {
         let p = |name: &str| format!("blk.{l}.{name}");
         out.push((p("attn_norm.weight"), f32q(rng.tensor(&[h], 1.0, NORM_STD)?)?));
-        out.push((p("attn_q.weight"), quant(rng.tensor(&[h, h], 0.0, PROJ_STD)?)?));
-        out.push((p("attn_k.weight"), quant(rng.tensor(&[kv, h], 0.0, PROJ_STD)?)?));
-        out.push((p("attn_v.weight"), quant(rng.tensor(&[kv, h], 0.0, PROJ_STD)?)?));
+        if spec.arch == TinyArch::Phi3 {
+            out.push((p("attn_qkv.weight"), quant(rng.tensor(&[q + 2 * kv, h], 0.0, PROJ_STD)?)?));
+        } else {
+            out.push((p("attn_q.weight"), quant(rng.tensor(&[q, h], 0.0, PROJ_STD)?)?));
+            out.push((p("attn_k.weight"), quant(rng.tensor(&[kv, h], 0.0, PROJ_STD)?)?));
+            out.push((p("attn_v.weight"), quant(rng.tensor(&[kv, h], 0.0, PROJ_STD)?)?));
+        }
         if spec.arch == TinyArch::Qwen2 {
             out.push((p("attn_q.bias"), f32q(rng.tensor(&[h], 0.0, BIAS_STD)?)?));
             out.push((p("attn_k.bias"), f32q(rng.tensor(&[kv], 0.0, BIAS_STD)?)?));
             out.push((p("attn_v.bias"), f32q(rng.tensor(&[kv], 0.0, BIAS_STD)?)?));
         }
-        out.push((p("attn_output.weight"), quant(rng.tensor(&[h, h], 0.0, PROJ_STD)?)?));
+        if qk_norms {
+            out.push((p("attn_q_norm.weight"), f32q(rng.tensor(&[hd], 1.0, NORM_STD)?)?));
+            out.push((p("attn_k_norm.weight"), f32q(rng.tensor(&[hd], 1.0, NORM_STD)?)?));
+        }
+        out.push((p("attn_output.weight"), quant(rng.tensor(&[h, q], 0.0, PROJ_STD)?)?));
         out.push((p("ffn_norm.weight"), f32q(rng.tensor(&[h], 1.0, NORM_STD)?)?));
-        out.push((p("ffn_gate.weight"), quant(rng.tensor(&[ff, h], 0.0, PROJ_STD)?)?));
-        out.push((p("ffn_up.weight"), quant(rng.tensor(&[ff, h], 0.0, PROJ_STD)?)?));
+        if spec.arch == TinyArch::Phi3 {
+            out.push((p("ffn_up.weight"), quant(rng.tensor(&[2 * ff, h], 0.0, PROJ_STD)?)?));
+        } else {
+            out.push((p("ffn_gate.weight"), quant(rng.tensor(&[ff, h], 0.0, PROJ_STD)?)?));
+            out.push((p("ffn_up.weight"), quant(rng.tensor(&[ff, h], 0.0, PROJ_STD)?)?));
+        }
         out.push((p("ffn_down.weight"), quant(rng.tensor(&[h, ff], 0.0, PROJ_STD)?)?));
+        if sandwich {
+            // llama.cpp's Gemma conversion stores these norms with the +1 already added.
+            out.push((p("post_attention_norm.weight"), f32q(rng.tensor(&[h], 1.0, NORM_STD)?)?));
+            out.push((p("post_ffw_norm.weight"), f32q(rng.tensor(&[h], 1.0, NORM_STD)?)?));
+        }
     }
     out.push(("output_norm.weight".to_string(), f32q(rng.tensor(&[h], 1.0, NORM_STD)?)?));
-    out.push(("output.weight".to_string(), quant(rng.tensor(&[TINY_VOCAB_SIZE, h], 0.0, OUTPUT_STD)?)?));
+    // Gemma ties its output head to the embedding, as its conversions do.
+    if spec.arch != TinyArch::Gemma3 {
+        out.push(("output.weight".to_string(), quant(rng.tensor(&[TINY_VOCAB_SIZE, h], 0.0, OUTPUT_STD)?)?));
+    }
+    if let Some(factors) = &spec.rope_freq_factors {
+        let t = Tensor::from_vec(factors.clone(), factors.len(), &Device::Cpu)?;
+        out.push(("rope_freqs.weight".to_string(), f32q(t)?));
+    }
     Ok(out)
 }

@@ -105,7 +105,7 @@ impl Vocab {
 pub fn tokenizer_metadata(arch: TinyArch) -> candle_core::Result<Vec<(String, Value)>> {
     let mut v = Vocab { tokens: Vec::new(), types: Vec::new() };
     let add_specials = |v: &mut Vocab| SPECIALS.iter().for_each(|s| v.push(s.to_string(), token_type::CONTROL));
-    if arch == TinyArch::Llama {
+    if !arch.qwen_vocab() {
         add_specials(&mut v);
     }
     for c in gpt2_byte_to_unicode() {
@@ -120,7 +120,7 @@ pub fn tokenizer_metadata(arch: TinyArch) -> candle_core::Result<Vec<(String, Va
             v.push(merged, token_type::NORMAL);
         }
     }
-    if arch == TinyArch::Qwen2 {
+    if arch.qwen_vocab() {
         add_specials(&mut v);
     }
     if v.tokens.len() > TINY_VOCAB_SIZE {
@@ -132,10 +132,7 @@ pub fn tokenizer_metadata(arch: TinyArch) -> candle_core::Result<Vec<(String, Va
     }
     let id = |t: &str| v.id(t).ok_or_else(|| candle_core::Error::Msg(format!("tiny vocab lacks {t}")));
     let (endoftext, im_start, im_end) = (id("<|endoftext|>")?, id("<|im_start|>")?, id("<|im_end|>")?);
-    let (bos, pre) = match arch {
-        TinyArch::Llama => (im_start, "smollm"),
-        TinyArch::Qwen2 => (endoftext, "qwen2"),
-    };
+    let (bos, pre) = if arch.qwen_vocab() { (endoftext, "qwen2") } else { (im_start, "smollm") };
 
     let strings = |xs: Vec<String>| Value::Array(xs.into_iter().map(Value::String).collect());
     let merges = MERGES.iter().map(|(a, b)| format!("{a} {b}")).collect();

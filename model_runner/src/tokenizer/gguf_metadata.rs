@@ -8,7 +8,7 @@ use candle_core::quantized::gguf_file::Value;
 
 use super::TokenizerError;
 
-type Metadata = HashMap<String, Value>;
+pub(super) type Metadata = HashMap<String, Value>;
 
 fn malformed(key: &str, want: &str, got: &Value) -> TokenizerError {
     TokenizerError::MissingMetadata(format!("{key}: expected {want}, found {:?}", got.value_type()))
@@ -74,6 +74,20 @@ pub(super) fn i32_array(md: &Metadata, key: &str) -> Result<Option<Vec<i32>>, To
     items
         .iter()
         .map(|v| as_i64(v).and_then(|x| i32::try_from(x).ok()).ok_or_else(|| malformed(key, "array of i32", v)))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+pub(super) fn f32_array(md: &Metadata, key: &str) -> Result<Option<Vec<f32>>, TokenizerError> {
+    let Some(items) = array(md, key)? else {
+        return Ok(None);
+    };
+    items
+        .iter()
+        .map(|v| match v {
+            Value::F32(x) => Ok(*x),
+            other => Err(malformed(key, "array of f32", other)),
+        })
         .collect::<Result<Vec<_>, _>>()
         .map(Some)
 }

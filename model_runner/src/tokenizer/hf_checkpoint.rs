@@ -5,9 +5,10 @@
 use std::path::Path;
 
 use serde_json::Value;
-use tokenizers::Tokenizer as HfTokenizer;
+use tokenizers::{ModelWrapper, Tokenizer as HfTokenizer};
 
-use super::{token_type, Tokenizer, TokenizerError, END_OF_TURN_TOKENS};
+use super::token_bytes::byte_token_value;
+use super::{token_type, Tokenizer, TokenizerError, VocabKind, END_OF_TURN_TOKENS};
 
 impl Tokenizer {
     /// Wraps an already built Hugging Face tokenizer. `eos_token_ids` gets every end-of-turn
@@ -35,7 +36,25 @@ impl Tokenizer {
                 true
             }
         });
-        Self { tokenizer, bos_token_id, eos_token_ids: eos, chat_template, add_bos_token, vocab_size, token_types }
+        let vocab_kind = vocab_kind_of(&tokenizer);
+        if vocab_kind == VocabKind::SentencePiece {
+            // tokenizer.json has no token types: byte-fallback tokens are known by their name.
+            for (text, id) in tokenizer.get_vocab(false) {
+                if let (Some(t), Some(_)) = (token_types.get_mut(id as usize), byte_token_value(&text)) {
+                    *t = token_type::BYTE;
+                }
+            }
+        }
+        Self {
+            tokenizer,
+            bos_token_id,
+            eos_token_ids: eos,
+            chat_template,
+            add_bos_token,
+            vocab_size,
+            token_types,
+            vocab_kind,
+        }
     }
 
     /// Reads `dir/tokenizer.json` plus the optional `tokenizer_config.json`,
@@ -68,6 +87,17 @@ impl Tokenizer {
             None => std::fs::read_to_string(dir.join("chat_template.jinja")).ok(),
         };
         Ok(Self::from_hf(tokenizer, bos, eos, template, add_bos))
+    }
+}
+
+/// SentencePiece-style when the model can fall back to `<0xAB>` byte tokens (Llama 2, Mistral,
+/// Gemma tokenizer.json) or is a Unigram; anything else is taken as byte-level BPE, and a
+/// vocabulary that is neither shows up as tokens `token_bytes` cannot decode.
+fn vocab_kind_of(tokenizer: &HfTokenizer) -> VocabKind {
+    match tokenizer.get_model() {
+        ModelWrapper::BPE(bpe) if bpe.byte_fallback => VocabKind::SentencePiece,
+        ModelWrapper::Unigram(_) => VocabKind::SentencePiece,
+        _ => VocabKind::ByteLevel,
     }
 }
 

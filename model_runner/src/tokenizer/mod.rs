@@ -1,8 +1,9 @@
 //! The engine's tokenizer, [`Tokenizer`]: a HuggingFace `tokenizers::Tokenizer` with the
 //! special-token ids, token types and chat template the engine needs, built from a GGUF file's
-//! embedded vocabulary (`gguf_vocab.rs`) or a Hugging Face checkpoint's tokenizer.json
-//! (`hf_checkpoint.rs`). Beside it, the text side of a checkpoint that is not weights: the chat
-//! template renderer ([`chat_template`]) and the sampling values the checkpoint recommends
+//! embedded vocabulary (`gguf_vocab.rs`: byte-level BPE, or SentencePiece in `spm_vocab.rs`) or
+//! a Hugging Face checkpoint's tokenizer.json (`hf_checkpoint.rs`). `token_bytes.rs` says which
+//! bytes each token stands for. Beside it, the text side of a checkpoint that is not weights: the
+//! chat template renderer ([`chat_template`]) and the sampling values the checkpoint recommends
 //! ([`recommended_sampling`]).
 
 use tokenizers::Tokenizer as HfTokenizer;
@@ -13,6 +14,9 @@ mod gguf_vocab;
 mod hf_checkpoint;
 mod pretokenizer;
 pub mod recommended_sampling;
+mod spm_merges;
+mod spm_vocab;
+mod token_bytes;
 
 /// GGUF `tokenizer.ggml.token_type` values (llama.cpp `llama_token_type`).
 pub mod token_type {
@@ -25,8 +29,21 @@ pub mod token_type {
 }
 
 /// End-of-turn markers of common chat formats. Generation must stop on these even when the
-/// GGUF names a different `eos_token_id` (e.g. a base-model `<|endoftext|>`).
-const END_OF_TURN_TOKENS: &[&str] = &["<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>"];
+/// GGUF names a different `eos_token_id` (e.g. a base-model `<|endoftext|>`, or Gemma's `<eos>`
+/// where its chat turns end in `<end_of_turn>`).
+const END_OF_TURN_TOKENS: &[&str] = &["<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>"];
+
+/// How a vocabulary writes text into its tokens, which decides the bytes a token stands for
+/// ([`Tokenizer::token_bytes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VocabKind {
+    /// GPT-2 byte-level BPE (GGUF `"gpt2"`): every byte is one printable character, e.g. a
+    /// space is `Ġ`.
+    ByteLevel,
+    /// SentencePiece (GGUF `"llama"`): text as is with spaces written `▁`, and bytes the pieces
+    /// do not cover as byte-fallback tokens `<0xAB>`.
+    SentencePiece,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
@@ -55,6 +72,7 @@ pub struct Tokenizer {
     pub vocab_size: usize,
     /// GGUF token type per id (see [`token_type`]); `NORMAL` when the file has none.
     token_types: Vec<i32>,
+    vocab_kind: VocabKind,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -65,6 +83,7 @@ impl std::fmt::Debug for Tokenizer {
             .field("bos_token_id", &self.bos_token_id)
             .field("eos_token_ids", &self.eos_token_ids)
             .field("add_bos_token", &self.add_bos_token)
+            .field("vocab_kind", &self.vocab_kind)
             .field("has_chat_template", &self.chat_template.is_some())
             .finish_non_exhaustive()
     }
@@ -92,9 +111,14 @@ impl Tokenizer {
         self.tokenizer.id_to_token(id)
     }
 
-    /// True for control tokens (GGUF type 3): the ids `decode(.., true)` drops.
+    /// True for control and unknown tokens (GGUF types 3 and 2, llama.cpp's "special"
+    /// attributes): the ids `decode(.., true)` drops.
     pub fn is_special(&self, id: u32) -> bool {
-        self.token_type(id) == Some(token_type::CONTROL)
+        matches!(self.token_type(id), Some(token_type::CONTROL | token_type::UNKNOWN))
+    }
+
+    pub fn vocab_kind(&self) -> VocabKind {
+        self.vocab_kind
     }
 
     /// GGUF token type of `id`, see [`token_type`].

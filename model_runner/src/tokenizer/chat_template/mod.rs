@@ -1,8 +1,10 @@
 //! Renders a model's Jinja chat template (`tokenizer.chat_template` in the GGUF) the way
 //! HuggingFace `apply_chat_template` does, so prompts match what the model was trained on.
 //!
-//! Models without a template fall back to ChatML ([`CHATML_TEMPLATE`]): it is what SmolLM and
-//! Qwen use, and a plain, well-delimited format is the least bad guess for an unknown model.
+//! A model without a template gets its family's turn format when its vocabulary has that
+//! family's turn tokens (Gemma's `<start_of_turn>`, ChatML's `<|im_start|>`), said at load;
+//! otherwise chat requests are refused (a base model's vocabulary with no turn tokens has no
+//! chat format to guess), and completions still work.
 
 use minijinja::value::Value;
 use minijinja::Environment;
@@ -19,6 +21,13 @@ mod tojson;
 /// Fallback template: `<|im_start|>{role}\n{content}<|im_end|>\n` per message, then
 /// `<|im_start|>assistant\n` when a generation prompt is requested.
 pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+/// Gemma's turn format (its instruction-tuned models' template, text only): a system message
+/// is folded into the first user turn, and the assistant's role is `model`.
+pub const GEMMA_TEMPLATE: &str = "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set first_user_prefix = messages[0]['content'] + '\n\n' %}{% set loop_messages = messages[1:] %}{% else %}{% set first_user_prefix = '' %}{% set loop_messages = messages %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+
+/// For a vocabulary with no turn tokens: every chat request is refused with what to do instead.
+const NO_CHAT_FORMAT_TEMPLATE: &str = "{{ raise_exception('this model has no chat template and its vocabulary has no turn tokens (a base model): send a plain completion request (/v1/completions) instead') }}";
 
 const TEMPLATE_NAME: &str = "chat";
 
@@ -71,16 +80,25 @@ impl ChatTemplate {
         Self::new(CHATML_TEMPLATE, bos_token, eos_token).expect("built-in ChatML template compiles")
     }
 
-    /// The tokenizer's own template, or ChatML when it has none, with its BOS/EOS texts.
+    /// The tokenizer's own template, or its family's turn format when it has none (see the
+    /// module docs), with its BOS/EOS texts.
     pub fn for_tokenizer(tok: &Tokenizer) -> Result<Self, TokenizerError> {
         let text = |id: Option<u32>| id.and_then(|i| tok.id_to_token(i));
         let bos = text(tok.bos_token_id);
         let eos = text(tok.eos_token_ids.first().copied());
         match &tok.chat_template {
             Some(t) => Self::new(t, bos, eos),
-            None => {
-                tracing::warn!("GGUF has no tokenizer.chat_template; falling back to ChatML");
+            None if tok.token_id("<start_of_turn>").is_some() && tok.token_id("<end_of_turn>").is_some() => {
+                tracing::warn!("the model has no chat template: chat requests use Gemma's turn format");
+                Self::new(GEMMA_TEMPLATE, bos, eos)
+            }
+            None if tok.token_id("<|im_start|>").is_some() && tok.token_id("<|im_end|>").is_some() => {
+                tracing::warn!("the model has no chat template: chat requests use ChatML");
                 Ok(Self::chatml(bos, eos))
+            }
+            None => {
+                tracing::warn!("the model has no chat template and no turn tokens: chat requests will be refused");
+                Self::new(NO_CHAT_FORMAT_TEMPLATE, bos, eos)
             }
         }
     }
