@@ -5,9 +5,9 @@
 
 use entrobatch_testkit::common;
 
-use common::{reference_logits_per_position, tiny_model, RefArch};
+use common::{prefill_batch, reference_logits_per_position, tiny_model, RefArch};
 use entrobatch::model_runner::testing::TinyModelSpec;
-use entrobatch::model_runner::{load_gguf, ForwardBatch, KvCache, KvDtype, MatmulMode, SeqSpan};
+use entrobatch::model_runner::{load_gguf, KvCache, KvDtype, MatmulMode};
 
 const BLOCK: usize = 16;
 
@@ -17,20 +17,7 @@ fn engine_logits(path: &std::path::Path, mode: MatmulMode, tokens: &[u32]) -> Ve
     let n = tokens.len();
     let blocks = n.div_ceil(BLOCK);
     let mut cache = KvCache::new(model.config(), blocks, BLOCK, KvDtype::F32).expect("cache");
-    let batch = ForwardBatch {
-        input_ids: tokens.to_vec(),
-        positions: (0..n as u32).collect(),
-        slot_mapping: (0..n as i64).collect(),
-        seqs: vec![SeqSpan {
-            query_start: 0,
-            query_len: n,
-            context_len: 0,
-            block_table: (0..blocks as u32).collect(),
-            want_attn_metrics: false,
-            attn_pad_to: None,
-        }],
-        logits_rows: (0..n).collect(),
-    };
+    let batch = prefill_batch(tokens, blocks, (0..n).collect());
     let out = model.forward(&batch, &mut cache).expect("forward");
     (0..n).map(|i| out.row(i).to_vec()).collect()
 }

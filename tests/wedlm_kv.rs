@@ -109,21 +109,7 @@ fn drive(dir: &std::path::Path, prompt: &[u32], cfg: &WedlmConfig, max_tokens: u
 
 fn prefill(model: Model, tokens: &[u32]) -> ModelRunner {
     let mut runner = ModelRunner::new(model, BLOCKS, BLOCK, KvDtype::F32).unwrap();
-    let n = tokens.len();
-    let batch = ForwardBatch {
-        input_ids: tokens.to_vec(),
-        positions: (0..n as u32).collect(),
-        slot_mapping: (0..n as i64).collect(),
-        seqs: vec![SeqSpan {
-            query_start: 0,
-            query_len: n,
-            context_len: 0,
-            block_table: (0..BLOCKS as u32).collect(),
-            want_attn_metrics: false,
-            attn_pad_to: None,
-        }],
-        logits_rows: Vec::new(),
-    };
+    let batch = entrobatch_testkit::common::prefill_batch(tokens, BLOCKS, Vec::new());
     runner.execute(&batch).unwrap();
     runner
 }

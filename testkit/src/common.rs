@@ -7,6 +7,7 @@ use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
 use candle_transformers::models::{gemma3, quantized_llama, quantized_phi3, quantized_qwen2, quantized_qwen3};
 use entrobatch::model_runner::testing::{write_tiny_gguf, TinyModelSpec};
+use entrobatch::model_runner::{ForwardBatch, SeqSpan};
 use entrobatch::{Engine, EngineConfig, GenerationParams, MatmulMode, Prompt, SamplingParams};
 
 pub use crate::repo_root;
@@ -26,6 +27,26 @@ pub fn smollm2_path() -> PathBuf {
 pub fn qwen_coder_path() -> Option<PathBuf> {
     let path = repo_root().join("models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
     path.is_file().then_some(path)
+}
+
+/// One sequence's whole prompt as a single prefill from position 0, its K/V in slots
+/// `0..tokens.len()` of blocks `0..num_blocks`, logits for `logits_rows`.
+pub fn prefill_batch(tokens: &[u32], num_blocks: usize, logits_rows: Vec<usize>) -> ForwardBatch {
+    let n = tokens.len();
+    ForwardBatch {
+        input_ids: tokens.to_vec(),
+        positions: (0..n as u32).collect(),
+        slot_mapping: (0..n as i64).collect(),
+        seqs: vec![SeqSpan {
+            query_start: 0,
+            query_len: n,
+            context_len: 0,
+            block_table: (0..num_blocks as u32).collect(),
+            want_attn_metrics: false,
+            attn_pad_to: None,
+        }],
+        logits_rows,
+    }
 }
 
 /// Writes a tiny random-weight GGUF into a fresh temp dir and returns its path.
