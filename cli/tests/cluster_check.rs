@@ -2,8 +2,9 @@
 //! `scripts/cluster-check` loads them through the balancer, SIGTERMs replica 1 half way (with a
 //! burst of requests that HAProxy must replay on replica 2), starts it again, then runs
 //! multi-turn conversations with session affinity and with round robin. It fails unless every
-//! request completed, both replicas served some, and affinity's prefix-cache hit rate (from
-//! both replicas' /metrics) is well above round robin's.
+//! request completed, both replicas served some, through affinity most later turns stayed on
+//! their conversation's replica (the balancer's log), and every turn that stayed found its
+//! history in the prefix cache (the response's `cached_tokens`).
 
 use std::process::Command;
 

@@ -25,6 +25,9 @@ pub struct RequestOutcome {
     /// Gaps between successive token chunks.
     pub itl: Vec<f64>,
     pub prompt_tokens: usize,
+    /// Prompt tokens the server found in its prefix cache (`usage.prompt_tokens_details`).
+    #[serde(default)]
+    pub cached_tokens: usize,
     pub output_tokens: usize,
     /// Set when the request failed or its response was incomplete.
     pub error: Option<String>,
@@ -83,6 +86,7 @@ pub async fn stream_request(
             if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
                 usage_tokens = usage["completion_tokens"].as_u64().map(|n| n as usize);
                 out.prompt_tokens = usage["prompt_tokens"].as_u64().unwrap_or(0) as usize;
+                out.cached_tokens = usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0) as usize;
             }
             let Some(choice) = chunk["choices"].as_array().and_then(|c| c.first()) else { continue };
             // A completion chunk carries `text`; a chat chunk `delta.content`, and chat's first

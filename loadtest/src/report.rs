@@ -25,6 +25,7 @@ pub fn print_report(report: &LoadTestReport, out: &mut impl Write) -> std::io::R
     row(out, "Not sent (time limit)", s.not_sent)?;
     row(out, "Benchmark duration (s)", format!("{:.2}", s.duration_s))?;
     row(out, "Total input tokens", s.total_input_tokens)?;
+    row(out, "Input tokens from prefix cache", s.total_cached_tokens)?;
     row(out, "Total generated tokens", s.total_output_tokens)?;
     row(out, "Request throughput (req/s)", format!("{:.2}", s.request_throughput))?;
     row(out, "Output token throughput (tok/s)", format!("{:.2}", s.output_throughput))?;

@@ -107,6 +107,9 @@ pub struct Summary {
     pub error_reasons: BTreeMap<String, usize>,
     pub duration_s: f64,
     pub total_input_tokens: usize,
+    /// Of `total_input_tokens`, those the server reported as served from its prefix cache.
+    #[serde(default)]
+    pub total_cached_tokens: usize,
     pub total_output_tokens: usize,
     pub request_throughput: f64,
     pub output_throughput: f64,
@@ -126,6 +129,7 @@ pub fn summarize(requests: usize, outcomes: &[RequestOutcome], duration_s: f64, 
         *error_reasons.entry(r.to_string()).or_insert(0) += 1;
     }
     let total_input_tokens: usize = ok.iter().map(|r| r.prompt_tokens).sum();
+    let total_cached_tokens: usize = ok.iter().map(|r| r.cached_tokens).sum();
     let total_output_tokens: usize = ok.iter().map(|r| r.output_tokens).sum();
     let per_s = |x: f64| if duration_s > 0.0 { x / duration_s } else { 0.0 };
     let ttfts: Vec<f64> = ok.iter().filter_map(|r| r.ttft).collect();
@@ -143,6 +147,7 @@ pub fn summarize(requests: usize, outcomes: &[RequestOutcome], duration_s: f64, 
         error_reasons,
         duration_s,
         total_input_tokens,
+        total_cached_tokens,
         total_output_tokens,
         request_throughput: per_s(ok.len() as f64),
         output_throughput: per_s(total_output_tokens as f64),
@@ -176,9 +181,9 @@ mod tests {
     #[test]
     fn vllm_metric_definitions() {
         let outcomes = vec![
-            outcome(0.1, 1.1, 11, vec![0.1; 10]), // tpot 0.1
-            outcome(0.3, 0.7, 5, vec![0.1; 4]),   // tpot 0.1
-            outcome(0.2, 0.2, 1, vec![]),         // one token: no tpot
+            outcome(0.1, 1.1, 11, vec![0.1; 10]),                                // tpot 0.1
+            outcome(0.3, 0.7, 5, vec![0.1; 4]),                                  // tpot 0.1
+            RequestOutcome { cached_tokens: 4, ..outcome(0.2, 0.2, 1, vec![]) }, // one token: no tpot
             RequestOutcome { error: Some("HTTP 500: boom".into()), ..Default::default() },
         ];
         let slo = Slo::parse(&["ttft:250".into(), "e2el:1000".into()]).unwrap();
@@ -186,6 +191,7 @@ mod tests {
         assert_eq!((s.completed, s.errors, s.lost), (3, 1, 1));
         assert_eq!(s.error_reasons.get("HTTP 500: boom"), Some(&1));
         assert_eq!(s.total_output_tokens, 17);
+        assert_eq!((s.total_input_tokens, s.total_cached_tokens), (30, 4));
         assert_eq!(s.output_throughput, 8.5);
         assert_eq!(s.request_throughput, 1.5);
         assert_eq!(s.total_token_throughput, (30.0 + 17.0) / 2.0);

@@ -92,12 +92,21 @@ fn multi_turn_conversations_resend_their_history_and_hit_the_prefix_cache() {
                 after.prompt_tokens
             );
             resent_prefix += before.prompt_tokens.saturating_sub(16) as f64;
+            assert!(
+                after.cached_tokens + 16 >= before.prompt_tokens && after.cached_tokens < after.prompt_tokens,
+                "the response should report the previous turn's prompt as cached: {} of {} (previous prompt {})",
+                after.cached_tokens,
+                after.prompt_tokens,
+                before.prompt_tokens
+            );
         }
     }
     // Every later turn finds at least the previous turn's prompt (less a partial block) cached.
     let hits = server.metric("entrobatch_prefix_cache_hits_total");
     assert!(hits >= resent_prefix, "{hits} prompt tokens from the cache, expected at least {resent_prefix}");
     assert!(hits < server.metric("entrobatch_prefix_cache_queries_total"));
+    assert_eq!(s.total_cached_tokens, report.outcomes.iter().map(|o| o.cached_tokens).sum::<usize>());
+    assert!(s.total_cached_tokens as f64 >= resent_prefix);
 }
 
 #[test]
