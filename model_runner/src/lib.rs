@@ -13,8 +13,9 @@ pub mod batch;
 pub mod config;
 pub mod embedding;
 pub mod error;
+mod gated_activation;
 pub mod gguf_config;
-pub mod gguf_loader;
+mod gguf_loader;
 pub mod hf_config;
 pub mod hf_loader;
 pub mod hot_workers;
@@ -26,7 +27,6 @@ pub mod model;
 pub mod ops;
 pub mod rope;
 pub mod runner;
-mod silu;
 pub mod softmax;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;

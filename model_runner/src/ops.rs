@@ -11,7 +11,7 @@ use candle_core::{DType, Tensor};
 use rayon::prelude::*;
 
 use crate::error::{ModelError, Result};
-use crate::silu::silu_mul_chunk;
+use crate::gated_activation::{gelu_tanh_mul_chunk, silu_mul_chunk};
 
 /// Below this many elements an elementwise or per-block operation (here, and the activation
 /// quantization of `int8_gemm`) runs on the calling thread.
@@ -37,7 +37,7 @@ pub fn rms_norm(x: &[f32], alpha: &[f32], eps: f32) -> Vec<f32> {
 }
 
 /// `gate = silu(gate) * up`, elementwise (candle's `silu(gate) * up`; the exponential in
-/// vector registers, `silu.rs`).
+/// vector registers, `gated_activation.rs`).
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     if gate.len() < PARALLEL_FROM {
         silu_mul_chunk(gate, up);
@@ -47,24 +47,17 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     }
 }
 
-/// `gate = gelu_tanh(gate) * up`, elementwise, with candle's and ggml's tanh approximation
-/// `0.5 v (1 + tanh(sqrt(2/pi) v (1 + 0.044715 v^2)))`.
+/// `gate = gelu_tanh(gate) * up`, elementwise: candle's and ggml's tanh approximation
+/// `0.5 v (1 + tanh(sqrt(2/pi) v (1 + 0.044715 v^2)))`, computed as the equal sigmoid
+/// `v / (1 + exp(-2 sqrt(2/pi) v (1 + 0.044715 v^2)))` (`gated_activation.rs`).
 pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
-    let chunk = |(g, u): (&mut [f32], &[f32])| {
-        for (v, &u) in g.iter_mut().zip(u) {
-            let x = *v;
-            *v = 0.5 * x * (1.0 + (SQRT_TWO_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh()) * u;
-        }
-    };
-    const CHUNK: usize = 4096;
     if gate.len() < PARALLEL_FROM {
-        chunk((gate, up));
+        gelu_tanh_mul_chunk(gate, up);
     } else {
-        gate.par_chunks_mut(CHUNK).zip(up.par_chunks(CHUNK)).for_each(chunk);
+        const CHUNK: usize = 4096;
+        gate.par_chunks_mut(CHUNK).zip(up.par_chunks(CHUNK)).for_each(|(g, u)| gelu_tanh_mul_chunk(g, u));
     }
 }
-
-const SQRT_TWO_OVER_PI: f32 = 0.797_884_6;
 
 /// `x += y`, elementwise (the residual connection).
 pub fn add_in_place(x: &mut [f32], y: &[f32]) {
@@ -131,6 +124,25 @@ mod tests {
             let mut biased = x.clone();
             add_bias(&mut biased, &alpha);
             assert_eq!(biased, candle(xt.broadcast_add(&at)));
+        }
+    }
+
+    /// The GELU agrees with candle's tanh-approximated `gelu` (the op candle-transformers'
+    /// Gemma models run) to float rounding, on both sides of the parallel threshold.
+    #[test]
+    fn gelu_tanh_mul_matches_candles_gelu() {
+        for rows in [3, 80] {
+            let width = 576;
+            let x: Vec<f32> = values(rows * width, 4).iter().map(|v| v * 4.0).collect();
+            let up = values(rows * width, 6);
+            let xt = Tensor::from_slice(&x, (rows, width), &Device::Cpu).expect("tensor");
+            let ut = Tensor::from_slice(&up, (rows, width), &Device::Cpu).expect("tensor");
+            let want = candle(xt.gelu().and_then(|g| g * &ut));
+            let mut got = x.clone();
+            gelu_tanh_mul(&mut got, &up);
+            for ((g, w), v) in got.iter().zip(&want).zip(&x) {
+                assert!((g - w).abs() <= 1e-6 * (1.0 + w.abs()), "gelu({v}): {g} against candle's {w}");
+            }
         }
     }
 

@@ -1,33 +1,66 @@
-//! `gate = silu(gate) * up` with the exponential in vector registers.
+//! The gated activations `gate = act(gate) * up` with the exponential in vector registers.
 //!
-//! candle computes SiLU as `v / (1 + exp(-v))` with the platform's `expf`; on glibc (2.27 and
-//! later, x86-64 CPUs with FMA) that is ARM's optimized-routines algorithm: widen to f64,
-//! reduce by `k / 32` of ln 2, a 32-entry table of `2^(i/32)`, a degree-3 polynomial, narrow to
-//! f32. Each of its f64 operations is correctly rounded, so running the same operations in the
-//! same order (and the same fusions, read off glibc's `__expf_fma`) four lanes at a time gives
-//! the same bits, at a fraction of a scalar call per element (docs/benchmarks/notebook.md,
-//! "2026-11-26 06:16-07:51 UTC"). Arguments outside the fast range (|x| >= 88, NaN,
-//! infinities) take the scalar call. A platform whose `expf` is another algorithm would break
-//! the bit-identity with candle-transformers' models, so the first call checks the vector path
-//! against `f32::exp` on a spread of arguments and keeps the scalar path for good if any result
-//! differs.
+//! Both are `v / (1 + exp(a(v))) * up`: SiLU with `a(v) = -v` (candle's `v / (1 + exp(-v))`),
+//! and the tanh-approximated GELU `0.5 v (1 + tanh(y))`, `y = sqrt(2/pi) v (1 + 0.044715 v^2)`,
+//! with `a(v) = -2y`, since `0.5 (1 + tanh(y)) = 1 / (1 + exp(-2y))` (the form also keeps its
+//! precision where `1 + tanh(y)` cancels, at large negative `v`).
+//!
+//! candle computes `exp` with the platform's `expf`; on glibc (2.27 and later, x86-64 CPUs with
+//! FMA) that is ARM's optimized-routines algorithm: widen to f64, reduce by `k / 32` of ln 2, a
+//! 32-entry table of `2^(i/32)`, a degree-3 polynomial, narrow to f32. Each of its f64
+//! operations is correctly rounded, so running the same operations in the same order (and the
+//! same fusions, read off glibc's `__expf_fma`) four lanes at a time gives the same bits, at a
+//! fraction of a scalar call per element (docs/benchmarks/notebook.md, "2026-11-26 06:16-07:51
+//! UTC"). Arguments outside the fast range (|x| >= 88, NaN, infinities) take the scalar call.
+//! A platform whose `expf` is another algorithm would break the bit-identity with
+//! candle-transformers' models, so the first call checks the vector path against `f32::exp` on
+//! a spread of arguments and keeps the scalar path for good if any result differs.
 
 use std::sync::OnceLock;
 
 /// `gate[i] = gate[i] / (1 + exp(-gate[i])) * up[i]`, bit-identical to the scalar expression.
 pub(crate) fn silu_mul_chunk(gate: &mut [f32], up: &[f32]) {
     #[cfg(target_arch = "x86_64")]
-    if vector_exp_matches() {
-        // SAFETY: `vector_exp_matches` returned true only after detecting AVX2 and FMA.
-        unsafe { imp::silu_mul(gate, up) };
-        return;
-    }
-    scalar(gate, up);
+    run(gate, up, imp::silu_mul, silu_scalar);
+    #[cfg(not(target_arch = "x86_64"))]
+    silu_scalar(gate, up);
 }
 
-fn scalar(gate: &mut [f32], up: &[f32]) {
+/// `gate[i] = gelu_tanh(gate[i]) * up[i]` as `v / (1 + exp(-2y)) * u`, bit-identical to that
+/// scalar expression.
+pub(crate) fn gelu_tanh_mul_chunk(gate: &mut [f32], up: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    run(gate, up, imp::gelu_tanh_mul, gelu_tanh_scalar);
+    #[cfg(not(target_arch = "x86_64"))]
+    gelu_tanh_scalar(gate, up);
+}
+
+/// The vector path where the CPU has it and it reproduces `expf`, else the scalar one.
+#[cfg(target_arch = "x86_64")]
+fn run(gate: &mut [f32], up: &[f32], vector: unsafe fn(&mut [f32], &[f32]), scalar: fn(&mut [f32], &[f32])) {
+    if vector_exp_matches() {
+        // SAFETY: `vector_exp_matches` returned true only after detecting AVX2 and FMA, all
+        // that the vector paths require.
+        unsafe { vector(gate, up) }
+    } else {
+        scalar(gate, up)
+    }
+}
+
+fn silu_scalar(gate: &mut [f32], up: &[f32]) {
     for (g, &u) in gate.iter_mut().zip(up) {
         *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+/// `-2 sqrt(2/pi)`: the GELU's exponent is `GELU_SCALE * v * (1 + GELU_CUBIC * v * v)`.
+const GELU_SCALE: f32 = -1.595_769_2;
+const GELU_CUBIC: f32 = 0.044_715;
+
+fn gelu_tanh_scalar(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let v = *g;
+        *g = v / (1.0 + (GELU_SCALE * v * (1.0 + GELU_CUBIC * v * v)).exp()) * u;
     }
 }
 
@@ -147,28 +180,52 @@ mod imp {
         Some(_mm256_insertf128_ps::<1>(_mm256_castps128_ps256(low), high))
     }
 
-    /// # Safety
-    ///
-    /// The CPU has AVX2 and FMA.
+    /// `gate = gate / (1 + exp(exponent(gate))) * up`, eight at a time; `scalar` is the same
+    /// expression one element at a time, for the tail and for arguments off the fast path.
+    #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    fn gated_mul(gate: &mut [f32], up: &[f32], exponent: impl Fn(__m256) -> __m256, scalar: fn(&mut [f32], &[f32])) {
         let n = gate.len().min(up.len());
-        let (one, sign) = (_mm256_set1_ps(1.0), _mm256_set1_ps(-0.0));
+        let one = _mm256_set1_ps(1.0);
         let mut i = 0;
         while i + 8 <= n {
             // SAFETY: `i + 8 <= n` elements of both slices.
             let (g, u) = unsafe { (_mm256_loadu_ps(gate.as_ptr().add(i)), _mm256_loadu_ps(up.as_ptr().add(i))) };
-            match exp8(_mm256_xor_ps(g, sign)) {
+            match exp8(exponent(g)) {
                 Some(e) => {
                     let v = _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u);
                     // SAFETY: as for the loads.
                     unsafe { _mm256_storeu_ps(gate.as_mut_ptr().add(i), v) };
                 }
-                None => super::scalar(&mut gate[i..i + 8], &up[i..i + 8]),
+                None => scalar(&mut gate[i..i + 8], &up[i..i + 8]),
             }
             i += 8;
         }
-        super::scalar(&mut gate[i..n], &up[i..n]);
+        scalar(&mut gate[i..n], &up[i..n]);
+    }
+
+    /// # Safety
+    ///
+    /// The CPU has AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
+        let sign = _mm256_set1_ps(-0.0);
+        gated_mul(gate, up, |g| _mm256_xor_ps(g, sign), super::silu_scalar);
+    }
+
+    /// # Safety
+    ///
+    /// The CPU has AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
+        let (scale, cubic, one) =
+            (_mm256_set1_ps(super::GELU_SCALE), _mm256_set1_ps(super::GELU_CUBIC), _mm256_set1_ps(1.0));
+        // Multiplications and the addition in the scalar expression's order, unfused, for its bits.
+        let exponent = |v| {
+            let inner = _mm256_add_ps(one, _mm256_mul_ps(_mm256_mul_ps(cubic, v), v));
+            _mm256_mul_ps(_mm256_mul_ps(scale, v), inner)
+        };
+        gated_mul(gate, up, exponent, super::gelu_tanh_scalar);
     }
 
     /// `x = exp(x)` for every element, the vector path wherever it applies.
@@ -228,19 +285,45 @@ mod tests {
         }
     }
 
-    /// SiLU-times-up matches the scalar expression bit for bit, including arguments that take
-    /// the fallback and a tail shorter than a vector.
+    /// Both activations match their scalar expressions bit for bit, including arguments that
+    /// take the fallback and a tail shorter than a vector.
     #[test]
-    fn silu_mul_matches_the_scalar_expression() {
+    fn gated_activations_match_their_scalar_expressions() {
         let gate: Vec<f32> =
             (0..1003).map(|i| (i as f32 - 500.0) * 0.37 + if i % 101 == 0 { 95.0 } else { 0.0 }).collect();
         let up: Vec<f32> = (0..1003).map(|i| 1.0 + (i % 13) as f32 * 0.25).collect();
-        let (mut fast, mut slow) = (gate.clone(), gate);
-        silu_mul_chunk(&mut fast, &up);
-        scalar(&mut slow, &up);
-        assert_eq!(
-            fast.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-            slow.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-        );
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        for (name, fast, slow) in [
+            ("silu", silu_mul_chunk as fn(&mut [f32], &[f32]), silu_scalar as fn(&mut [f32], &[f32])),
+            ("gelu_tanh", gelu_tanh_mul_chunk, gelu_tanh_scalar),
+        ] {
+            let (mut a, mut b) = (gate.clone(), gate.clone());
+            fast(&mut a, &up);
+            slow(&mut b, &up);
+            assert_eq!(bits(&a), bits(&b), "{name}");
+        }
+    }
+
+    /// The exponential form of the GELU is the tanh formula (candle's and ggml's), in f64, to
+    /// within the f32 rounding of its exponent `z = -2y` (four roundings, so a relative error of
+    /// up to `3 |z|` ulps in `exp(z)`) plus a few ulps, down to where `1 + tanh(y)` cancels even in f64; below that it is a
+    /// tiny negative number, never NaN.
+    #[test]
+    fn gelu_as_a_sigmoid_is_the_tanh_formula() {
+        for i in -4000..=4000 {
+            let v = i as f32 * 0.005;
+            let mut got = [v];
+            gelu_tanh_mul_chunk(&mut got, &[1.0]);
+            let x = v as f64;
+            let y = 0.797_884_560_802_865_4 * x * (1.0 + 0.044715 * x * x);
+            let want = 0.5 * x * (1.0 + y.tanh());
+            if v >= -5.0 {
+                let ulps =
+                    (got[0] as f64 - want).abs() / (f32::EPSILON as f64 * want.abs().max(f32::MIN_POSITIVE as f64));
+                assert!(ulps <= 4.0 + 6.0 * y.abs(), "gelu({v}) = {} against {want}: {ulps:.1} ulps", got[0]);
+            } else {
+                assert!(got[0] <= 0.0 && got[0] > -1e-6, "gelu({v}) = {}", got[0]);
+            }
+        }
     }
 }
