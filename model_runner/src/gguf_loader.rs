@@ -18,8 +18,16 @@ pub fn load_gguf(path: &Path, mode: MatmulMode) -> Result<(Model, Tokenizer)> {
         gguf_file::Content::read(&mut file).map_err(|e| load_err(format!("not a readable GGUF file ({e})")))?;
     let file_len = file.metadata().map_err(|e| load_err(e.to_string()))?.len();
     check_tensor_extents(&content, file_len).map_err(load_err)?;
-    let tokenizer = Tokenizer::from_gguf(&content)?;
-    let model = Model::from_gguf(&content, &mut file, mode).map_err(|e| match e {
+    // Building a vocabulary's BPE (merges derived from SentencePiece scores for Gemma's 262k
+    // tokens) takes one core for a second or two; it runs beside the weights' reading and repacking.
+    let (tokenizer, model) = std::thread::scope(|scope| {
+        let tokenizer = scope.spawn(|| Tokenizer::from_gguf(&content).map_err(ModelError::from));
+        let model = Model::from_gguf(&content, &mut file, mode);
+        let tokenizer = tokenizer.join().unwrap_or_else(|_| Err(load_err("building the tokenizer panicked".into())));
+        (tokenizer, model)
+    });
+    let tokenizer = tokenizer?;
+    let model = model.map_err(|e| match e {
         ModelError::Candle(c) => load_err(format!("corrupt or truncated tensor data ({c})")),
         // Tensor reads name the tensor; say which file it came from and what to do.
         ModelError::Load { path: tensor, message } => {
