@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 /// `gate[i] = gate[i] / (1 + exp(-gate[i])) * up[i]`, bit-identical to the scalar expression.
 pub(crate) fn silu_mul_chunk(gate: &mut [f32], up: &[f32]) {
     #[cfg(target_arch = "x86_64")]
-    run(gate, up, imp::silu_mul, silu_scalar);
+    dispatch(gate, up, imp::silu_mul, silu_scalar);
     #[cfg(not(target_arch = "x86_64"))]
     silu_scalar(gate, up);
 }
@@ -30,14 +30,14 @@ pub(crate) fn silu_mul_chunk(gate: &mut [f32], up: &[f32]) {
 /// scalar expression.
 pub(crate) fn gelu_tanh_mul_chunk(gate: &mut [f32], up: &[f32]) {
     #[cfg(target_arch = "x86_64")]
-    run(gate, up, imp::gelu_tanh_mul, gelu_tanh_scalar);
+    dispatch(gate, up, imp::gelu_tanh_mul, gelu_tanh_scalar);
     #[cfg(not(target_arch = "x86_64"))]
     gelu_tanh_scalar(gate, up);
 }
 
 /// The vector path where the CPU has it and it reproduces `expf`, else the scalar one.
 #[cfg(target_arch = "x86_64")]
-fn run(gate: &mut [f32], up: &[f32], vector: unsafe fn(&mut [f32], &[f32]), scalar: fn(&mut [f32], &[f32])) {
+fn dispatch(gate: &mut [f32], up: &[f32], vector: unsafe fn(&mut [f32], &[f32]), scalar: fn(&mut [f32], &[f32])) {
     if vector_exp_matches() {
         // SAFETY: `vector_exp_matches` returned true only after detecting AVX2 and FMA, all
         // that the vector paths require.
@@ -306,8 +306,8 @@ mod tests {
 
     /// The exponential form of the GELU is the tanh formula (candle's and ggml's), in f64, to
     /// within the f32 rounding of its exponent `z = -2y` (four roundings, so a relative error of
-    /// up to `3 |z|` ulps in `exp(z)`) plus a few ulps, down to where `1 + tanh(y)` cancels even in f64; below that it is a
-    /// tiny negative number, never NaN.
+    /// up to `3 |z|` ulps in `exp(z)`) plus a few ulps, down to where `1 + tanh(y)` cancels even
+    /// in f64; below that it is a tiny negative number, never NaN.
     #[test]
     fn gelu_as_a_sigmoid_is_the_tanh_formula() {
         for i in -4000..=4000 {

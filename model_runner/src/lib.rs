@@ -15,7 +15,7 @@ pub mod embedding;
 pub mod error;
 mod gated_activation;
 pub mod gguf_config;
-mod gguf_loader;
+pub mod gguf_loader;
 pub mod hf_config;
 pub mod hf_loader;
 pub mod hot_workers;
