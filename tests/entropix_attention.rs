@@ -378,7 +378,7 @@ fn drive(
     let mut got = vec![Vec::new(); plans.len()];
     let mut dense: Vec<Vec<bool>> = plans.iter().map(|p| vec![false; p.tokens.len()]).collect();
     for step in 0..num_steps {
-        let mut batch = ForwardBatch::default();
+        let mut batch = ForwardBatch { slot_mappings: vec![Vec::new()], ..ForwardBatch::default() };
         for (s, p) in plans.iter().enumerate() {
             let q = p.steps[step];
             if q == 0 {
@@ -388,13 +388,13 @@ fn drive(
             for pos in done[s]..done[s] + q {
                 batch.input_ids.push(p.tokens[pos]);
                 batch.positions.push(pos as u32);
-                batch.slot_mapping.push(i64::from(p.blocks[pos / block]) * block as i64 + (pos % block) as i64);
+                batch.slot_mappings[0].push(i64::from(p.blocks[pos / block]) * block as i64 + (pos % block) as i64);
             }
             batch.seqs.push(SeqSpan {
                 query_start: start,
                 query_len: q,
                 context_len: done[s],
-                block_table: p.blocks.clone(),
+                block_tables: vec![p.blocks.clone()],
                 want_attn_metrics: p.wants,
                 attn_pad_to: None,
             });

@@ -7,7 +7,7 @@ use entrobatch_testkit::common;
 
 use common::{prefill_batch, reference_logits_per_position, tiny_model, RefArch};
 use entrobatch::model_runner::testing::TinyModelSpec;
-use entrobatch::model_runner::{load_gguf, KvCache, KvDtype, MatmulMode};
+use entrobatch::model_runner::{load_gguf, KvCache, KvDtype, KvGroups, MatmulMode};
 
 const BLOCK: usize = 16;
 
@@ -15,9 +15,9 @@ const BLOCK: usize = 16;
 fn engine_logits(path: &std::path::Path, mode: MatmulMode, tokens: &[u32]) -> Vec<Vec<f32>> {
     let (model, _) = load_gguf(path, mode).expect("load");
     let n = tokens.len();
-    let blocks = n.div_ceil(BLOCK);
-    let mut cache = KvCache::new(model.config(), blocks, BLOCK, KvDtype::F32).expect("cache");
-    let batch = prefill_batch(tokens, blocks, (0..n).collect());
+    let pages = n.div_ceil(BLOCK) * KvGroups::for_model(model.config()).num_groups();
+    let mut cache = KvCache::new(model.config(), pages, BLOCK, KvDtype::F32).expect("cache");
+    let batch = prefill_batch(tokens, &cache, (0..n).collect());
     let out = model.forward(&batch, &mut cache).expect("forward");
     (0..n).map(|i| out.row(i).to_vec()).collect()
 }

@@ -48,6 +48,7 @@ impl Harness {
             block_size: BLOCK,
             num_blocks: 32,
             max_model_len: 256,
+            kv_group_windows: vec![None],
             enable_prefix_caching: false,
         })
         .expect("scheduler");
@@ -66,8 +67,8 @@ impl Harness {
         assert_eq!(plan.scheduled.len(), 1, "the sequence must be scheduled every step");
         let s = &plan.scheduled[0];
         let token_ids = self.scheduler.query_token_ids(s).to_vec();
-        let slot_mapping = self.scheduler.slot_mapping(s).expect("slots");
-        let block_table = self.scheduler.get(ID).expect("sequence").block_table_ids().to_vec();
+        let slot_mapping = self.scheduler.slot_mapping(s, 0).expect("slots");
+        let block_table = self.scheduler.get(ID).expect("sequence").block_table_ids(0).to_vec();
         let span_plan = SpanPlan {
             context_len: s.context_len,
             token_ids: &token_ids,
@@ -78,20 +79,20 @@ impl Harness {
         let mut batch = ForwardBatch {
             input_ids: token_ids.clone(),
             positions: s.positions().map(|p| p as u32).collect(),
-            slot_mapping: slot_mapping.clone(),
+            slot_mappings: vec![slot_mapping.clone()],
             ..ForwardBatch::default()
         };
         for row in &scratch {
             batch.input_ids.push(row.token_id);
             batch.positions.push(row.position);
-            batch.slot_mapping.push(-1);
+            batch.slot_mappings[0].push(-1);
         }
         batch.logits_rows = self.strategy.logits_rows(&span_plan, scratch.len());
         batch.seqs.push(SeqSpan {
             query_start: 0,
             query_len: batch.input_ids.len(),
             context_len: s.context_len,
-            block_table,
+            block_tables: vec![block_table],
             want_attn_metrics: false,
             attn_pad_to: None,
         });
@@ -124,7 +125,7 @@ impl Harness {
 
     /// The block table, and the K/V (all layers) of every slot of the whole cache.
     fn snapshot(&self) -> (Vec<u32>, Vec<Vec<f32>>) {
-        let table = self.scheduler.get(ID).expect("sequence").block_table_ids().to_vec();
+        let table = self.scheduler.get(ID).expect("sequence").block_table_ids(0).to_vec();
         let cache = self.runner.cache();
         let layers = self.runner.model().config().num_layers;
         let kv = (0..cache.num_slots())

@@ -47,12 +47,12 @@ fn drive(dir: &std::path::Path, prompt: &[u32], cfg: &WedlmConfig, max_tokens: u
         let mut batch = ForwardBatch {
             input_ids: pending.clone(),
             positions: (computed..computed + n).map(|p| p as u32).collect(),
-            slot_mapping: (computed..computed + n).map(|p| p as i64).collect(),
+            slot_mappings: vec![(computed..computed + n).map(|p| p as i64).collect()],
             seqs: vec![SeqSpan {
                 query_start: 0,
                 query_len: n + rows.len(),
                 context_len: computed,
-                block_table: (0..BLOCKS as u32).collect(),
+                block_tables: vec![(0..BLOCKS as u32).collect()],
                 want_attn_metrics: false,
                 attn_pad_to: None,
             }],
@@ -61,7 +61,7 @@ fn drive(dir: &std::path::Path, prompt: &[u32], cfg: &WedlmConfig, max_tokens: u
         for r in &rows {
             batch.input_ids.push(r.token_id);
             batch.positions.push(r.position);
-            batch.slot_mapping.push(-1);
+            batch.slot_mappings[0].push(-1);
         }
         let out = runner.execute(&batch).unwrap();
         computed += n;
@@ -91,12 +91,12 @@ fn drive(dir: &std::path::Path, prompt: &[u32], cfg: &WedlmConfig, max_tokens: u
         let batch = ForwardBatch {
             input_ids: pending.clone(),
             positions: (computed..computed + n).map(|p| p as u32).collect(),
-            slot_mapping: (computed..computed + n).map(|p| p as i64).collect(),
+            slot_mappings: vec![(computed..computed + n).map(|p| p as i64).collect()],
             seqs: vec![SeqSpan {
                 query_start: 0,
                 query_len: n,
                 context_len: computed,
-                block_table: (0..BLOCKS as u32).collect(),
+                block_tables: vec![(0..BLOCKS as u32).collect()],
                 want_attn_metrics: false,
                 attn_pad_to: None,
             }],
@@ -109,7 +109,7 @@ fn drive(dir: &std::path::Path, prompt: &[u32], cfg: &WedlmConfig, max_tokens: u
 
 fn prefill(model: Model, tokens: &[u32]) -> ModelRunner {
     let mut runner = ModelRunner::new(model, BLOCKS, BLOCK, KvDtype::F32).unwrap();
-    let batch = entrobatch_testkit::common::prefill_batch(tokens, BLOCKS, Vec::new());
+    let batch = entrobatch_testkit::common::prefill_batch(tokens, runner.cache(), Vec::new());
     runner.execute(&batch).unwrap();
     runner
 }
@@ -161,12 +161,12 @@ fn no_threshold_and_a_huge_penalty_commit_one_token_per_forward_left_to_right() 
         let batch = ForwardBatch {
             input_ids: with_mask,
             positions: (0..n as u32).collect(),
-            slot_mapping: vec![-1; n],
+            slot_mappings: vec![vec![-1; n]],
             seqs: vec![SeqSpan {
                 query_start: 0,
                 query_len: n,
                 context_len: 0,
-                block_table: vec![],
+                block_tables: vec![vec![]],
                 want_attn_metrics: false,
                 attn_pad_to: None,
             }],

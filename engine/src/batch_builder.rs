@@ -33,7 +33,8 @@ pub fn build_batch(
     requests: &mut HashMap<SeqId, RequestState>,
     step_started: Instant,
 ) -> (ForwardBatch, Vec<SpanResult>) {
-    let mut batch = ForwardBatch::default();
+    let num_groups = scheduler.config().kv_group_windows.len();
+    let mut batch = ForwardBatch { slot_mappings: vec![Vec::new(); num_groups], ..ForwardBatch::default() };
     let mut results = Vec::with_capacity(plan.scheduled.len());
     for scheduled in &plan.scheduled {
         let (Some(state), Some(seq)) = (requests.get_mut(&scheduled.seq_id), scheduler.get(scheduled.seq_id)) else {
@@ -54,12 +55,14 @@ pub fn build_batch(
         let query_start = batch.input_ids.len();
         batch.input_ids.extend_from_slice(token_ids);
         batch.positions.extend(scheduled.positions().map(|p| p as u32));
-        // `emit` checked that the table covers every query position.
-        batch.slot_mapping.extend(scheduled.positions().map(|p| seq.slot(p).unwrap_or(-1)));
+        // `emit` checked that every group's table covers every query position.
+        for (group, mapping) in batch.slot_mappings.iter_mut().enumerate() {
+            mapping.extend(scheduled.positions().map(|p| seq.slot(group, p).unwrap_or(-1)));
+            mapping.extend(std::iter::repeat_n(-1, scratch.len()));
+        }
         for row in &scratch {
             batch.input_ids.push(row.token_id);
             batch.positions.push(row.position);
-            batch.slot_mapping.push(-1);
         }
         let local_rows = state.strategy.logits_rows(&span_plan, scratch.len());
         let mut logits_indices = Vec::with_capacity(local_rows.len());
@@ -91,7 +94,7 @@ pub fn build_batch(
             query_start,
             query_len,
             context_len: scheduled.context_len,
-            block_table: seq.block_table_ids().to_vec(),
+            block_tables: (0..num_groups).map(|g| seq.block_table_ids(g).to_vec()).collect(),
             want_attn_metrics,
             attn_pad_to: state.strategy.attn_pad_to(),
         });

@@ -11,7 +11,12 @@ pub struct EngineConfig {
     pub block_size: usize,
     /// Memory for the paged KV cache; the block count follows from it and the model shape.
     pub kv_cache_bytes: usize,
-    /// Overrides `kv_cache_bytes` with an exact block count (tests force preemption with it).
+    /// Overrides `kv_cache_bytes` with the memory of this many tokens' K/V at every layer
+    /// (rounded up to whole blocks), e.g. to match another server's context size. A model with
+    /// windowed layers holds more tokens in it, since those layers give back what left the window.
+    pub kv_cache_tokens: Option<usize>,
+    /// Overrides both with an exact count of pages (`KvGroups`; blocks, for a model without
+    /// windows); tests force preemption with it.
     pub num_blocks: Option<usize>,
     /// The one token budget per step shared by prefill chunks and decodes.
     pub max_num_batched_tokens: usize,
@@ -49,6 +54,7 @@ impl EngineConfig {
             model_path: model_path.into(),
             block_size: limits.block_size,
             kv_cache_bytes: Self::DEFAULT_KV_CACHE_BYTES,
+            kv_cache_tokens: None,
             num_blocks: None,
             max_num_batched_tokens: limits.max_num_batched_tokens,
             max_prefill_tokens_with_decodes: limits.max_prefill_tokens_with_decodes,

@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
 use entrobatch_model_runner::{
-    load_model, ChatTemplate, KvCache, KvDtype, MatmulMode, ModelConfig, ModelRunner, Tokenizer,
+    load_model, ChatTemplate, KvCache, KvDtype, KvGroups, MatmulMode, ModelConfig, ModelRunner, Tokenizer,
 };
 use entrobatch_scheduler::{Scheduler, SchedulerConfig};
 use parking_lot::Mutex;
@@ -29,7 +29,10 @@ use crate::validation::{PreparedRequest, Validation};
 pub struct EngineInfo {
     pub model_config: ModelConfig,
     pub model_name: String,
+    /// Pages in the KV pool (blocks, for a model without windowed layers).
     pub num_blocks: usize,
+    /// The longest sequence the KV pool holds alone.
+    pub max_tokens_in_cache: usize,
     pub block_size: usize,
     pub max_model_len: usize,
     /// Rows one forward may run (tokens plus strategy scratch rows).
@@ -77,9 +80,14 @@ impl Engine {
             .unwrap_or(model_config.max_position_embeddings)
             .min(model_config.max_position_embeddings);
         let kv_dtype = config.kv_cache_dtype();
-        let num_blocks = config.num_blocks.unwrap_or_else(|| {
-            KvCache::blocks_for_budget(&model_config, config.block_size, config.kv_cache_bytes, kv_dtype)
-        });
+        let kv_groups = KvGroups::for_model(&model_config);
+        let num_blocks = match (config.num_blocks, config.kv_cache_tokens) {
+            (Some(pages), _) => pages,
+            (None, Some(tokens)) => tokens.div_ceil(config.block_size) * kv_groups.num_groups(),
+            (None, None) => {
+                KvCache::blocks_for_budget(&model_config, config.block_size, config.kv_cache_bytes, kv_dtype)
+            }
+        };
         let limits = SchedulerConfig {
             max_num_batched_tokens: config.max_num_batched_tokens,
             max_prefill_tokens_with_decodes: config.max_prefill_tokens_with_decodes,
@@ -87,9 +95,11 @@ impl Engine {
             block_size: config.block_size,
             num_blocks,
             max_model_len,
+            kv_group_windows: kv_groups.windows().to_vec(),
             enable_prefix_caching: config.enable_prefix_caching,
         };
         let scheduler = Scheduler::new(limits.clone())?;
+        let max_tokens_in_cache = limits.max_tokens_in_cache();
         let runner = ModelRunner::new(model, num_blocks, config.block_size, kv_dtype)?;
         let chat_template = ChatTemplate::for_tokenizer(&tokenizer)?;
         let tokenizer = Arc::new(tokenizer);
@@ -127,6 +137,7 @@ impl Engine {
                 model_config,
                 model_name,
                 num_blocks,
+                max_tokens_in_cache,
                 block_size: config.block_size,
                 max_model_len,
                 max_num_batched_tokens: config.max_num_batched_tokens,

@@ -20,6 +20,8 @@ pub struct AttentionShape {
     pub scale: f32,
     /// A row attends only to the last `window` keys, its own included (sliding-window layers).
     pub window: Option<usize>,
+    /// The KV cache group of the layer: which of a span's block tables it reads through.
+    pub kv_group: usize,
 }
 
 impl AttentionShape {
@@ -136,7 +138,8 @@ fn attend_row<T: KvElem>(
     out_heads: &mut [f32],
     want_metrics: bool,
 ) -> Option<AttnMetrics> {
-    let AttentionShape { num_heads, num_kv_heads, head_dim, block_size, scale, .. } = shape;
+    let AttentionShape { num_heads, num_kv_heads, head_dim, block_size, scale, kv_group, .. } = shape;
+    let block_table = &span.block_tables[kv_group];
     let group = num_heads / num_kv_heads;
     let kv_row_len = num_kv_heads * head_dim;
     let keys = shape.attended_keys(span, row - span.query_start);
@@ -147,7 +150,7 @@ fn attend_row<T: KvElem>(
     let rows: Vec<KvPair<'_, T>> = keys
         .map(|j| {
             let ((k, v), off) = if j < span.context_len {
-                let slot = span.block_table[j / block_size] as usize * block_size + j % block_size;
+                let slot = block_table[j / block_size] as usize * block_size + j % block_size;
                 (cache, slot * kv_row_len)
             } else {
                 (step, (span.query_start + j - span.context_len) * kv_row_len)

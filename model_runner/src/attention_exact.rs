@@ -23,7 +23,7 @@ pub fn exact_attention(
     spans: &[SeqSpan],
     collect_metrics: bool,
 ) -> Result<(Vec<f32>, Vec<Option<AttnMetrics>>)> {
-    let AttentionShape { num_heads, num_kv_heads, head_dim, block_size, scale, window } = shape;
+    let AttentionShape { num_heads, num_kv_heads, head_dim, block_size, scale, window, kv_group } = shape;
     let q_row_len = num_heads * head_dim;
     let kv_row_len = num_kv_heads * head_dim;
     let rows = q.len() / q_row_len;
@@ -37,8 +37,14 @@ pub fn exact_attention(
         let q = Tensor::from_slice(q_rows, (1, q_len, num_heads, head_dim), &device)?.transpose(1, 2)?.contiguous()?;
         let mut k_rows = Vec::with_capacity(n * kv_row_len);
         let mut v_rows = Vec::with_capacity(n * kv_row_len);
-        for j in 0..ctx {
-            let slot = span.block_table[j / block_size] as usize * block_size + j % block_size;
+        // Keys before the first row's window are masked for every row, and a windowed group may
+        // have released their blocks: zeros stand in for them.
+        let first_read = window.map_or(0, |w| (ctx + 1).saturating_sub(w)).min(ctx);
+        k_rows.resize(first_read * kv_row_len, 0.0);
+        v_rows.resize(first_read * kv_row_len, 0.0);
+        let block_table = &span.block_tables[kv_group];
+        for j in first_read..ctx {
+            let slot = block_table[j / block_size] as usize * block_size + j % block_size;
             let (k, v) = cache.read(slot * kv_row_len, kv_row_len);
             k_rows.extend(k);
             v_rows.extend(v);

@@ -1,17 +1,21 @@
 use crate::error::{ModelError, Result};
+use crate::kv_groups::KvGroups;
 
 /// One sequence's slice of a packed batch. Its `query_len` rows start at `query_start`; they
-/// attend to `context_len` keys already in the paged cache (read through `block_table`) and,
-/// causally, to each other: row `i` sees keys `0..=context_len + i`.
+/// attend to `context_len` keys already in the paged cache (read through the block table of
+/// each layer's group) and, causally, to each other: row `i` sees keys `0..=context_len + i`
+/// (the last `w` of them in a layer with a window of `w`).
 ///
-/// Several spans may share a `block_table` (an MTI unconditional span reads its sequence's
-/// context); whether a row's K/V persists is decided by `ForwardBatch::slot_mapping` alone.
+/// Whether a row's K/V persists is decided by `ForwardBatch::slot_mappings` alone.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SeqSpan {
     pub query_start: usize,
     pub query_len: usize,
     pub context_len: usize,
-    pub block_table: Vec<u32>,
+    /// One block table per KV cache group (`KvGroups`). A windowed group's entries for blocks
+    /// before the first row's window are never read, so they may name no block at all (the
+    /// scheduler gives such blocks back to its pool).
+    pub block_tables: Vec<Vec<u32>>,
     /// Entropix needs the last layer's attention scores of this span's last row.
     pub want_attn_metrics: bool,
     /// Compute those metrics as over a cache of this many slots whose empty slots score 0
@@ -26,8 +30,9 @@ pub struct SeqSpan {
 pub struct ForwardBatch {
     pub input_ids: Vec<u32>,
     pub positions: Vec<u32>,
-    /// Cache slot for each row's K/V; -1 keeps it scratch (used by this forward only).
-    pub slot_mapping: Vec<i64>,
+    /// Per KV cache group, the cache slot of each row's K/V in that group's pages; -1 keeps it
+    /// scratch (used by this forward only).
+    pub slot_mappings: Vec<Vec<i64>>,
     pub seqs: Vec<SeqSpan>,
     /// Rows whose logits are returned, in this order.
     pub logits_rows: Vec<usize>,
@@ -39,21 +44,30 @@ impl ForwardBatch {
     }
 
     /// Rejects a malformed batch before any kernel indexes with it.
-    pub fn validate(&self, vocab_size: usize, num_slots: usize, block_size: usize) -> Result<()> {
+    pub fn validate(&self, vocab_size: usize, num_slots: usize, block_size: usize, groups: &KvGroups) -> Result<()> {
         let rows = self.input_ids.len();
-        if self.positions.len() != rows || self.slot_mapping.len() != rows {
+        if self.positions.len() != rows {
+            return Err(ModelError::InvalidBatch(format!("{rows} input ids but {} positions", self.positions.len())));
+        }
+        if self.slot_mappings.len() != groups.num_groups() {
             return Err(ModelError::InvalidBatch(format!(
-                "{rows} input ids but {} positions and {} slots",
-                self.positions.len(),
-                self.slot_mapping.len()
+                "{} slot mappings for {} KV cache groups",
+                self.slot_mappings.len(),
+                groups.num_groups()
             )));
+        }
+        for mapping in &self.slot_mappings {
+            if mapping.len() != rows {
+                return Err(ModelError::InvalidBatch(format!("{rows} input ids but {} slots", mapping.len())));
+            }
+            if let Some(&slot) = mapping.iter().find(|&&s| s < -1 || s >= num_slots as i64) {
+                return Err(ModelError::InvalidBatch(format!("slot {slot} outside the cache of {num_slots} slots")));
+            }
         }
         if let Some(&id) = self.input_ids.iter().find(|&&id| id as usize >= vocab_size) {
             return Err(ModelError::InvalidBatch(format!("token id {id} outside the vocabulary of {vocab_size}")));
         }
-        if let Some(&slot) = self.slot_mapping.iter().find(|&&s| s < -1 || s >= num_slots as i64) {
-            return Err(ModelError::InvalidBatch(format!("slot {slot} outside the cache of {num_slots} slots")));
-        }
+        let num_blocks = num_slots / block_size;
         let mut covered = vec![false; rows];
         for (i, span) in self.seqs.iter().enumerate() {
             let end = span.query_start + span.query_len;
@@ -63,17 +77,27 @@ impl ForwardBatch {
                     span.query_start
                 )));
             }
-            let needed_blocks = span.context_len.div_ceil(block_size);
-            if span.block_table.len() < needed_blocks {
+            if span.block_tables.len() != groups.num_groups() {
                 return Err(ModelError::InvalidBatch(format!(
-                    "span {i} has context {} but only {} blocks",
-                    span.context_len,
-                    span.block_table.len()
+                    "span {i} has {} block tables for {} KV cache groups",
+                    span.block_tables.len(),
+                    groups.num_groups()
                 )));
             }
-            let num_blocks = num_slots / block_size;
-            if span.block_table.iter().any(|&b| b as usize >= num_blocks) {
-                return Err(ModelError::InvalidBatch(format!("span {i} references a block outside the cache")));
+            for (table, window) in span.block_tables.iter().zip(groups.windows()) {
+                let needed_blocks = span.context_len.div_ceil(block_size);
+                if table.len() < needed_blocks {
+                    return Err(ModelError::InvalidBatch(format!(
+                        "span {i} has context {} but only {} blocks",
+                        span.context_len,
+                        table.len()
+                    )));
+                }
+                // The span's first row attends from here on; blocks before it are never read.
+                let first_read = window.map_or(0, |w| (span.context_len + 1).saturating_sub(w) / block_size);
+                if table.iter().skip(first_read).any(|&b| b as usize >= num_blocks) {
+                    return Err(ModelError::InvalidBatch(format!("span {i} references a block outside the cache")));
+                }
             }
             for flag in &mut covered[span.query_start..end] {
                 if *flag {

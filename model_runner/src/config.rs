@@ -104,11 +104,6 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
-    /// Bytes of K plus V for one token across all layers, in f32.
-    pub fn kv_bytes_per_token(&self) -> usize {
-        2 * self.num_layers * self.num_kv_heads * self.head_dim * std::mem::size_of::<f32>()
-    }
-
     /// The window layer `l` attends in, if any.
     pub fn layer_window(&self, l: usize) -> Option<usize> {
         self.sliding_window.as_ref().filter(|w| w.windowed.get(l).copied().unwrap_or(false)).map(|w| w.size)

@@ -3,6 +3,7 @@ use half::vec::HalfBitsVecExt;
 
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
+use crate::kv_groups::KvGroups;
 
 /// How the cache stores K and V values (the engine's default depends on the model and the
 /// matmul mode: `EngineConfig::kv_cache_dtype()`).
@@ -31,11 +32,15 @@ impl std::str::FromStr for KvDtype {
     }
 }
 
-/// Paged KV storage: per layer, K and V of shape `[num_blocks, block_size, kv_heads, head_dim]`,
-/// allocated once. Plain vectors rather than tensors because the attention kernel reads
-/// single rows through block tables and writes single slots, which tensor ops would copy.
+/// Paged KV storage in pages shared by the layer groups of `KvGroups`: one tensor per position
+/// in a group, `[num_blocks, block_size, kv_heads, head_dim]` for K and for V, allocated once;
+/// layer `l` stores into tensor `groups.slot_of(l)` at the pages of its group's block table. A
+/// model without windows is one group, so this is one tensor per layer. Plain vectors rather
+/// than tensors because the attention kernel reads single rows through block tables and writes
+/// single slots, which tensor ops would copy.
 pub struct KvCache {
-    layers: Vec<LayerKv>,
+    tensors: Vec<LayerKv>,
+    groups: KvGroups,
     num_blocks: usize,
     block_size: usize,
     row_len: usize,
@@ -127,18 +132,24 @@ impl KvCache {
         }
         let row_len = config.num_kv_heads * config.head_dim;
         let len = num_blocks * block_size * row_len;
-        let layers = (0..config.num_layers).map(|_| LayerKv::zeros(dtype, len)).collect();
-        Ok(Self { layers, num_blocks, block_size, row_len, dtype })
+        let groups = KvGroups::for_model(config);
+        let tensors = (0..groups.group_size()).map(|_| LayerKv::zeros(dtype, len)).collect();
+        Ok(Self { tensors, groups, num_blocks, block_size, row_len, dtype })
     }
 
-    /// Blocks that fit in `budget_bytes`, so callers size the pool from memory, not a guess.
+    /// Pages that fit in `budget_bytes`, so callers size the pool from memory, not a guess.
     pub fn blocks_for_budget(config: &ModelConfig, block_size: usize, budget_bytes: usize, dtype: KvDtype) -> usize {
-        budget_bytes / (Self::bytes_per_token(config, dtype) * block_size).max(1)
+        budget_bytes / (Self::bytes_per_slot(config, dtype) * block_size).max(1)
     }
 
-    /// K and V of every layer for one token, stored as `dtype`.
-    pub fn bytes_per_token(config: &ModelConfig, dtype: KvDtype) -> usize {
-        config.kv_bytes_per_token() / if dtype == KvDtype::F16 { 2 } else { 1 }
+    /// K and V of one slot of a page (the layers of one group, one position), stored as `dtype`.
+    pub fn bytes_per_slot(config: &ModelConfig, dtype: KvDtype) -> usize {
+        let element = if dtype == KvDtype::F16 { 2 } else { 4 };
+        2 * KvGroups::for_model(config).group_size() * config.num_kv_heads * config.head_dim * element
+    }
+
+    pub fn groups(&self) -> &KvGroups {
+        &self.groups
     }
 
     pub fn dtype(&self) -> KvDtype {
@@ -162,15 +173,16 @@ impl KvCache {
         self.row_len
     }
 
+    /// The tensor layer `layer` reads its pages from.
     pub fn layer(&self, layer: usize) -> &LayerKv {
-        &self.layers[layer]
+        &self.tensors[self.groups.slot_of(layer)]
     }
 
-    /// Persists the rows of `step` (`LayerKv::from_rows` in this cache's dtype) whose slot is
-    /// not -1.
+    /// Persists the rows of `step` (`LayerKv::from_rows` in this cache's dtype) whose slot in
+    /// the layer's group (`slot_mapping`) is not -1.
     pub fn store(&mut self, layer: usize, slot_mapping: &[i64], step: &LayerKv) -> Result<()> {
         let row_len = self.row_len;
-        let kv = &mut self.layers[layer];
+        let kv = &mut self.tensors[self.groups.slot_of(layer)];
         for (row, &slot) in slot_mapping.iter().enumerate() {
             if slot >= 0 {
                 kv.copy_from(slot as usize * row_len, step, row * row_len, row_len)?;
@@ -181,6 +193,6 @@ impl KvCache {
 
     /// K and V of one slot in one layer (tests compare committed K/V against a fresh prefill).
     pub fn read_slot(&self, layer: usize, slot: usize) -> (Vec<f32>, Vec<f32>) {
-        self.layers[layer].read(slot * self.row_len, self.row_len)
+        self.layer(layer).read(slot * self.row_len, self.row_len)
     }
 }

@@ -33,12 +33,12 @@ fn ours(dir: &Path, tokens: &[u32]) -> Vec<f32> {
         let batch = ForwardBatch {
             input_ids: tokens[range.clone()].to_vec(),
             positions: range.clone().map(|p| p as u32).collect(),
-            slot_mapping: range.clone().map(|p| p as i64).collect(),
+            slot_mappings: vec![range.clone().map(|p| p as i64).collect()],
             seqs: vec![SeqSpan {
                 query_start: 0,
                 query_len: n,
                 context_len: range.start,
-                block_table: vec![0, 1, 2, 3],
+                block_tables: vec![vec![0, 1, 2, 3]],
                 want_attn_metrics: false,
                 attn_pad_to: None,
             }],

@@ -6,8 +6,15 @@ use entrobatch_model_runner::attention::{paged_attention, AttentionShape};
 use entrobatch_model_runner::kv_cache::LayerKv;
 use entrobatch_model_runner::{AttnMetrics, KvDtype, SeqSpan};
 
-const SHAPE: AttentionShape =
-    AttentionShape { num_heads: 6, num_kv_heads: 2, head_dim: 16, block_size: 4, scale: 0.25, window: None };
+const SHAPE: AttentionShape = AttentionShape {
+    num_heads: 6,
+    num_kv_heads: 2,
+    head_dim: 16,
+    block_size: 4,
+    scale: 0.25,
+    window: None,
+    kv_group: 0,
+};
 
 fn values(len: usize, seed: usize) -> Vec<f32> {
     (0..len).map(|i| ((i * 2654435761 + seed * 40503) % 1999) as f32 / 999.5 - 1.0).collect()
@@ -18,7 +25,7 @@ fn span(query_start: usize, query_len: usize, context_len: usize, metrics: bool)
         query_start,
         query_len,
         context_len,
-        block_table: vec![5, 2, 7, 0, 3],
+        block_tables: vec![vec![5, 2, 7, 0, 3]],
         want_attn_metrics: metrics,
         attn_pad_to: None,
     }

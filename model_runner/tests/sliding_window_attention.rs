@@ -31,7 +31,7 @@ fn dense_row(
     let first = window.map_or(0, |w| num_keys.saturating_sub(w));
     let row = |j: usize| -> (&[f32], &[f32]) {
         let (k, v, at) = if j < span.context_len {
-            let slot = span.block_table[j / BLOCK] as usize * BLOCK + j % BLOCK;
+            let slot = span.block_tables[0][j / BLOCK] as usize * BLOCK + j % BLOCK;
             (cache.0, cache.1, slot * KV_ROW)
         } else {
             (step.0, step.1, (span.query_start + j - span.context_len) * KV_ROW)
@@ -63,23 +63,16 @@ fn windowed_attention_matches_a_dense_recomputation() {
     let table = vec![5, 2, 7, 0, 3, 6];
     let spans = vec![
         // A decode row far past the window, a chunk that crosses it, and a fresh prefill.
-        SeqSpan { query_start: 0, query_len: 1, context_len: 21, block_table: table.clone(), ..span() },
-        SeqSpan { query_start: 1, query_len: 6, context_len: 3, block_table: vec![1, 4], ..span() },
-        SeqSpan { query_start: 7, query_len: 9, context_len: 0, block_table: vec![], ..span() },
+        SeqSpan { query_start: 0, query_len: 1, context_len: 21, block_tables: vec![table.clone()], ..span() },
+        SeqSpan { query_start: 1, query_len: 6, context_len: 3, block_tables: vec![vec![1, 4]], ..span() },
+        SeqSpan { query_start: 7, query_len: 9, context_len: 0, block_tables: vec![vec![]], ..span() },
     ];
     let rows = 16;
     let (ck, cv) = (values(32 * KV_ROW, 1), values(32 * KV_ROW, 2));
     let (sk, sv) = (values(rows * KV_ROW, 3), values(rows * KV_ROW, 4));
     let q = values(rows * HEADS * HEAD_DIM, 5);
     for window in [None, Some(1), Some(5), Some(8)] {
-        let shape = AttentionShape {
-            num_heads: HEADS,
-            num_kv_heads: KV_HEADS,
-            head_dim: HEAD_DIM,
-            block_size: BLOCK,
-            scale: 0.3,
-            window,
-        };
+        let shape = shape(window);
         let cache = LayerKv::from_rows(KvDtype::F32, ck.clone(), cv.clone());
         let step = LayerKv::from_rows(KvDtype::F32, sk.clone(), sv.clone());
         let (fused, _) = paged_attention(shape, &q, &step, &cache, &spans, false).unwrap();
@@ -98,12 +91,46 @@ fn windowed_attention_matches_a_dense_recomputation() {
     }
 }
 
+#[test]
+fn blocks_before_the_window_are_never_read() {
+    // Context 21 with a window of 5: the decode row attends to keys 17..=21, in blocks 4 and 5
+    // of the table; a windowed group has given back blocks 0..4, which name no block at all.
+    let full = vec![5, 2, 7, 0, 3, 6];
+    let released = vec![u32::MAX, u32::MAX, u32::MAX, u32::MAX, 3, 6];
+    let (ck, cv) = (values(32 * KV_ROW, 1), values(32 * KV_ROW, 2));
+    let (sk, sv) = (values(KV_ROW, 3), values(KV_ROW, 4));
+    let q = values(HEADS * HEAD_DIM, 5);
+    let shape = shape(Some(5));
+    let cache = LayerKv::from_rows(KvDtype::F32, ck, cv);
+    let step = LayerKv::from_rows(KvDtype::F32, sk, sv);
+    let run = |table: &Vec<u32>, exact: bool| {
+        let spans = [SeqSpan { context_len: 21, block_tables: vec![table.clone()], ..span() }];
+        let run = if exact { exact_attention } else { paged_attention };
+        run(shape, &q, &step, &cache, &spans, false).unwrap().0
+    };
+    for exact in [false, true] {
+        assert_eq!(run(&full, exact), run(&released, exact), "exact mirror: {exact}");
+    }
+}
+
+fn shape(window: Option<usize>) -> AttentionShape {
+    AttentionShape {
+        num_heads: HEADS,
+        num_kv_heads: KV_HEADS,
+        head_dim: HEAD_DIM,
+        block_size: BLOCK,
+        scale: 0.3,
+        window,
+        kv_group: 0,
+    }
+}
+
 fn span() -> SeqSpan {
     SeqSpan {
         query_start: 0,
         query_len: 1,
         context_len: 0,
-        block_table: Vec::new(),
+        block_tables: vec![Vec::new()],
         want_attn_metrics: false,
         attn_pad_to: None,
     }

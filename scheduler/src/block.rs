@@ -5,11 +5,18 @@ use crate::prefix_hash::BlockHash;
 /// Index of a physical block in the KV cache.
 pub type BlockId = u32;
 
+/// A block-table entry whose block a windowed group gave back (it lies before every key the
+/// sequence will attend to again); never a real block, since `SchedulerConfig::validate` keeps
+/// `num_blocks` within `u32::MAX`.
+pub const NULL_BLOCK: BlockId = u32::MAX;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Block {
     pub(crate) id: BlockId,
     /// Number of block tables holding this block.
     pub(crate) ref_count: usize,
+    /// The KV cache group whose layers' K/V the block held when it was cached.
+    pub(crate) group: usize,
     /// Set while the block is registered in the prefix cache; survives ref_count 0
     /// until the pool reuses the block.
     pub(crate) hash: Option<BlockHash>,
@@ -21,7 +28,7 @@ pub struct Block {
 
 impl Block {
     pub(crate) fn new(id: BlockId) -> Self {
-        Self { id, ref_count: 0, hash: None, parent_hash: None, token_ids: Vec::new() }
+        Self { id, ref_count: 0, group: 0, hash: None, parent_hash: None, token_ids: Vec::new() }
     }
 
     pub fn id(&self) -> BlockId {
@@ -41,11 +48,12 @@ impl Block {
         &self.token_ids
     }
 
-    pub(crate) fn matches(&self, parent: Option<BlockHash>, token_ids: &[u32]) -> bool {
-        self.hash.is_some() && self.parent_hash == parent && self.token_ids == token_ids
+    pub(crate) fn matches(&self, group: usize, parent: Option<BlockHash>, token_ids: &[u32]) -> bool {
+        self.hash.is_some() && self.group == group && self.parent_hash == parent && self.token_ids == token_ids
     }
 
-    pub(crate) fn set_cached(&mut self, hash: BlockHash, parent: Option<BlockHash>, token_ids: &[u32]) {
+    pub(crate) fn set_cached(&mut self, group: usize, hash: BlockHash, parent: Option<BlockHash>, token_ids: &[u32]) {
+        self.group = group;
         self.hash = Some(hash);
         self.parent_hash = parent;
         self.token_ids = token_ids.to_vec();

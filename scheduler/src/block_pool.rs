@@ -1,5 +1,6 @@
-//! The shared pool of KV blocks: reference counts, the free queue (LRU eviction
-//! order) and the prefix-cache map from block hash to block.
+//! The shared pool of KV blocks (pages, one pool for every KV cache group): reference counts,
+//! the free queue (LRU eviction order) and the prefix-cache map from (group, block hash) to
+//! block.
 //!
 //! `BlockPool` is a cheap handle (`Arc<Mutex<..>>`) so each `BlockTable` can give its
 //! blocks back from `Drop`, wherever the table dies.
@@ -11,7 +12,7 @@ use parking_lot::Mutex;
 
 use crate::block::{Block, BlockId};
 use crate::free_queue::FreeQueue;
-use crate::prefix_hash::{hash_block_tokens, BlockHash};
+use crate::prefix_hash::BlockHash;
 
 #[derive(Clone)]
 pub(crate) struct BlockPool {
@@ -24,7 +25,7 @@ struct BlockPoolInner {
     blocks: Vec<Block>,
     /// Blocks with ref_count 0, cached or not; the front is evicted first.
     free: FreeQueue,
-    cached: HashMap<BlockHash, BlockId>,
+    cached: HashMap<(usize, BlockHash), BlockId>,
 }
 
 impl BlockPool {
@@ -59,27 +60,21 @@ impl BlockPool {
         self.inner.lock().blocks.get(id as usize).cloned()
     }
 
-    /// The longest run of cached full blocks at the start of `token_ids`, at most
-    /// `max_blocks` long. Read-only: the caller touches them once admission succeeds.
-    pub(crate) fn find_cached_prefix(&self, token_ids: &[u32], max_blocks: usize) -> Vec<(BlockId, BlockHash)> {
+    /// The block of `group` cached under `hash` for `token_ids` after the block `parent`.
+    /// Read-only: the caller touches hits once admission succeeds.
+    pub(crate) fn lookup(
+        &self,
+        group: usize,
+        hash: BlockHash,
+        parent: Option<BlockHash>,
+        token_ids: &[u32],
+    ) -> Option<BlockId> {
         if !self.enable_prefix_caching {
-            return Vec::new();
+            return None;
         }
         let inner = self.inner.lock();
-        let mut hits = Vec::new();
-        let mut parent = None;
-        for chunk in token_ids.chunks_exact(self.block_size).take(max_blocks) {
-            let hash = hash_block_tokens(parent, chunk);
-            let Some(&id) = inner.cached.get(&hash) else {
-                break;
-            };
-            if !inner.blocks[id as usize].matches(parent, chunk) {
-                break;
-            }
-            hits.push((id, hash));
-            parent = Some(hash);
-        }
-        hits
+        let &id = inner.cached.get(&(group, hash))?;
+        inner.blocks[id as usize].matches(group, parent, token_ids).then_some(id)
     }
 
     /// How many of `ids` sit in the free queue, i.e. would stop being free when touched.
@@ -132,18 +127,25 @@ impl BlockPool {
         }
     }
 
-    /// Registers a full, computed block under `hash`. If another block already holds
+    /// Registers a full, computed block of `group` under `hash`. If another block already holds
     /// that hash (same prefix computed twice, or a collision) this one stays uncached.
-    pub(crate) fn cache_block(&self, id: BlockId, hash: BlockHash, parent: Option<BlockHash>, token_ids: &[u32]) {
+    pub(crate) fn cache_block(
+        &self,
+        group: usize,
+        id: BlockId,
+        hash: BlockHash,
+        parent: Option<BlockHash>,
+        token_ids: &[u32],
+    ) {
         if !self.enable_prefix_caching {
             return;
         }
         let mut inner = self.inner.lock();
-        if inner.cached.contains_key(&hash) || inner.blocks[id as usize].hash.is_some() {
+        if inner.cached.contains_key(&(group, hash)) || inner.blocks[id as usize].hash.is_some() {
             return;
         }
-        inner.blocks[id as usize].set_cached(hash, parent, token_ids);
-        inner.cached.insert(hash, id);
+        inner.blocks[id as usize].set_cached(group, hash, parent, token_ids);
+        inner.cached.insert((group, hash), id);
     }
 
     /// Checks the pool against `holders` (block id -> number of live tables holding it).
@@ -161,7 +163,7 @@ impl BlockPool {
                 return Err(format!("block {} ref_count {} vs free-queue membership", block.id, block.ref_count));
             }
             if let Some(hash) = block.hash {
-                if inner.cached.get(&hash) != Some(&block.id) {
+                if inner.cached.get(&(block.group, hash)) != Some(&block.id) {
                     return Err(format!("block {} has a hash the cache map does not point back to", block.id));
                 }
             }
@@ -169,8 +171,8 @@ impl BlockPool {
         if inner.free.iter().count() != inner.free.len() {
             return Err("free queue length does not match its links".into());
         }
-        for (hash, &id) in &inner.cached {
-            if inner.blocks.get(id as usize).and_then(|b| b.hash) != Some(*hash) {
+        for (&(group, hash), &id) in &inner.cached {
+            if inner.blocks.get(id as usize).map(|b| (b.group, b.hash)) != Some((group, Some(hash))) {
                 return Err(format!("cache entry for block {id} is stale"));
             }
         }
@@ -181,9 +183,10 @@ impl BlockPool {
 impl BlockPoolInner {
     /// A block leaving the free queue for reuse loses its cached identity.
     fn evict(&mut self, id: BlockId) {
+        let group = self.blocks[id as usize].group;
         if let Some(hash) = self.blocks[id as usize].hash {
-            if self.cached.get(&hash) == Some(&id) {
-                self.cached.remove(&hash);
+            if self.cached.get(&(group, hash)) == Some(&id) {
+                self.cached.remove(&(group, hash));
             }
             self.blocks[id as usize].clear_cached();
         }
@@ -193,6 +196,7 @@ impl BlockPoolInner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prefix_hash::hash_block_tokens;
 
     #[test]
     fn collision_is_a_miss() {
@@ -200,13 +204,14 @@ mod tests {
         let ids = pool.allocate(1).unwrap();
         // Pretend block 0 holds [7, 8] but is filed under the hash of [1, 2].
         let forged = hash_block_tokens(None, &[1, 2]);
-        pool.cache_block(ids[0], forged, None, &[7, 8]);
-        assert!(pool.find_cached_prefix(&[1, 2, 3], 1).is_empty());
+        pool.cache_block(0, ids[0], forged, None, &[7, 8]);
+        assert_eq!(pool.lookup(0, forged, None, &[1, 2]), None);
         let real = hash_block_tokens(None, &[7, 8]);
-        assert!(pool.find_cached_prefix(&[7, 8, 9], 1).is_empty(), "filed under the wrong key");
+        assert_eq!(pool.lookup(0, real, None, &[7, 8]), None, "filed under the wrong key");
         let other = pool.allocate(1).unwrap();
-        pool.cache_block(other[0], real, None, &[7, 8]);
-        assert_eq!(pool.find_cached_prefix(&[7, 8, 9], 1), vec![(other[0], real)]);
+        pool.cache_block(0, other[0], real, None, &[7, 8]);
+        assert_eq!(pool.lookup(0, real, None, &[7, 8]), Some(other[0]));
+        assert_eq!(pool.lookup(1, real, None, &[7, 8]), None, "another group's layers");
     }
 
     #[test]
@@ -214,7 +219,7 @@ mod tests {
         let pool = BlockPool::new(2, 2, true);
         let ids = pool.allocate(2).unwrap();
         let h = hash_block_tokens(None, &[1, 2]);
-        pool.cache_block(ids[0], h, None, &[1, 2]);
+        pool.cache_block(0, ids[0], h, None, &[1, 2]);
         pool.free(&ids);
         assert_eq!(pool.num_free_blocks(), 2);
         assert_eq!(pool.num_cached_blocks(), 1);

@@ -16,8 +16,12 @@ pub struct SchedulerConfig {
     pub max_num_seqs: usize,
     /// Tokens per KV block.
     pub block_size: usize,
-    /// Blocks in the KV pool.
+    /// Blocks (pages) in the KV pool, shared by every KV cache group.
     pub num_blocks: usize,
+    /// One entry per KV cache group of the model's layers: the keys its layers attend to
+    /// (`None`: all of them). A sequence holds one block table per group; a windowed group's
+    /// table gives back the blocks that left its window.
+    pub kv_group_windows: Vec<Option<usize>>,
     /// Longest `prompt + max_tokens` accepted.
     pub max_model_len: usize,
     pub enable_prefix_caching: bool,
@@ -37,6 +41,7 @@ impl Default for SchedulerConfig {
             max_num_seqs: 64,
             block_size: 16,
             num_blocks: 1024,
+            kv_group_windows: vec![None],
             max_model_len: 4096,
             enable_prefix_caching: true,
         }
@@ -56,6 +61,11 @@ impl SchedulerConfig {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(SchedulerError::InvalidConfig(format!("{name} must be > 0")));
         }
+        if self.kv_group_windows.is_empty() || self.kv_group_windows.contains(&Some(0)) {
+            return Err(SchedulerError::InvalidConfig(
+                "kv_group_windows needs one entry per KV cache group, and a window of at least one key".into(),
+            ));
+        }
         // Block ids are u32 and slots are i64 on the wire to the model runner.
         if u32::try_from(self.num_blocks).is_err() {
             return Err(SchedulerError::InvalidConfig(format!(
@@ -70,9 +80,44 @@ impl SchedulerConfig {
         Ok(())
     }
 
-    /// Blocks needed to hold `num_tokens` KV slots.
+    /// Blocks needed to hold `num_tokens` KV slots in one group's table.
     pub fn blocks_for(&self, num_tokens: usize) -> usize {
         num_tokens.div_ceil(self.block_size)
+    }
+
+    /// The most pages a sequence of `num_tokens` tokens holds at once, over every group: a
+    /// full-attention group all its blocks, a windowed one at most its window plus one step's
+    /// tokens (it gives the rest back once each step is committed).
+    pub fn pages_for(&self, num_tokens: usize) -> usize {
+        let all = self.blocks_for(num_tokens);
+        self.kv_group_windows
+            .iter()
+            .map(|w| match w {
+                None => all,
+                Some(w) => all.min(self.blocks_for(w + self.max_num_batched_tokens) + 2),
+            })
+            .sum()
+    }
+
+    /// The longest sequence the whole pool holds (`usize::MAX` when every group is windowed
+    /// and one sequence's windows fit).
+    pub fn max_tokens_in_cache(&self) -> usize {
+        let fits = |tokens: usize| self.pages_for(tokens) <= self.num_blocks;
+        let mut hi = self.num_blocks.saturating_mul(self.block_size).saturating_add(1);
+        if fits(hi) {
+            return usize::MAX;
+        }
+        let mut lo = 0;
+        // fits(lo) and !fits(hi); pages_for only grows with the length.
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
     }
 
     /// Free blocks kept back at admission so running sequences can keep decoding
@@ -100,11 +145,11 @@ impl SchedulerConfig {
             });
         }
         let slots = total.saturating_add(lookahead_slots);
-        if self.blocks_for(slots) > self.num_blocks {
+        if self.pages_for(slots) > self.num_blocks {
             return Err(SchedulerError::NeverFits {
                 seq_id,
                 needed_tokens: slots,
-                limit: self.num_blocks * self.block_size,
+                limit: self.max_tokens_in_cache(),
                 reason: NeverFitsReason::KvCacheCapacity,
             });
         }

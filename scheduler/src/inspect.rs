@@ -18,9 +18,9 @@ impl Scheduler {
         self.sequences.get(&id)
     }
 
-    /// KV slot of token `position` of `id`, if its block table covers it.
-    pub fn slot(&self, id: SeqId, position: usize) -> Option<i64> {
-        self.sequences.get(&id)?.slot(position)
+    /// KV slot of token `position` of `id` in group `group`'s pages, if its block table holds it.
+    pub fn slot(&self, id: SeqId, group: usize, position: usize) -> Option<i64> {
+        self.sequences.get(&id)?.slot(group, position)
     }
 
     /// The query tokens of a row of the last `schedule()`, read in place (empty if the
@@ -29,11 +29,11 @@ impl Scheduler {
         self.sequences.get(&row.seq_id).and_then(|s| s.token_ids.get(row.positions())).unwrap_or(&[])
     }
 
-    /// The KV slot of each query token of `row` (tests and inspection; the batch builder
-    /// writes them straight into the forward batch).
-    pub fn slot_mapping(&self, row: &ScheduledSequence) -> Option<Vec<i64>> {
+    /// The KV slot of each query token of `row` in group `group` (tests and inspection; the
+    /// batch builder writes them straight into the forward batch).
+    pub fn slot_mapping(&self, row: &ScheduledSequence, group: usize) -> Option<Vec<i64>> {
         let seq = self.sequences.get(&row.seq_id)?;
-        row.positions().map(|p| seq.slot(p)).collect()
+        row.positions().map(|p| seq.slot(group, p)).collect()
     }
 
     /// Free blocks, counting cached blocks no sequence holds (they are evicted on demand).
@@ -117,17 +117,32 @@ impl Scheduler {
             if seq.num_computed_tokens > seq.num_tokens() || seq.num_output_tokens() > seq.max_tokens {
                 return Err(format!("sequence {id} counters out of range: {seq:?}"));
             }
-            match (&seq.block_table, seq.status) {
+            match (&seq.blocks, seq.status) {
                 (None, SequenceStatus::Waiting) if seq.num_computed_tokens == 0 => {}
-                (Some(table), SequenceStatus::Running) => {
-                    if table.num_slots() < seq.num_computed_tokens {
+                (Some(blocks), SequenceStatus::Running) => {
+                    if blocks.num_slots() < seq.num_computed_tokens {
                         return Err(format!("sequence {id} computed past its block table"));
                     }
-                    let distinct: HashSet<BlockId> = table.ids().iter().copied().collect();
-                    if distinct.len() != table.ids().len() {
+                    if blocks.tables().len() != self.config.kv_group_windows.len() {
+                        return Err(format!("sequence {id} has a table count unlike the KV cache groups'"));
+                    }
+                    let held: Vec<BlockId> = blocks.tables().iter().flat_map(|t| t.held_ids()).collect();
+                    let distinct: HashSet<BlockId> = held.iter().copied().collect();
+                    if distinct.len() != held.len() {
                         return Err(format!("sequence {id} holds a block twice"));
                     }
-                    for &b in table.ids() {
+                    for (table, window) in blocks.tables().iter().zip(&self.config.kv_group_windows) {
+                        // What the next token to compute attends to (a step in flight may read
+                        // earlier keys; `check_output` in the tests checks those).
+                        let first_needed = window.map_or(0, |w| {
+                            crate::block_table::first_needed_block(seq.num_computed_tokens, w, self.config.block_size)
+                        });
+                        let needed = seq.num_computed_tokens.div_ceil(self.config.block_size);
+                        if table.ids()[first_needed.min(needed)..needed].contains(&crate::block::NULL_BLOCK) {
+                            return Err(format!("sequence {id} gave back a block its window still reads"));
+                        }
+                    }
+                    for b in held {
                         *holders.entry(b).or_default() += 1;
                     }
                 }

@@ -4,8 +4,10 @@
 //! `num_computed_tokens`, and every `schedule()` hands out one token budget so that
 //! sequences catch up (a decode is one token, a prefill a chunk). KV lives in a pool
 //! of fixed-size blocks shared through a hash-chained prefix cache; a sequence that
-//! cannot get blocks is preempted and later recomputed. The crate knows nothing
-//! about models, tensors or sampling.
+//! cannot get blocks is preempted and later recomputed. A sequence holds one block table per
+//! KV cache group (`SchedulerConfig::kv_group_windows`), and a sliding-window group's table
+//! gives back the blocks that left its window. The crate knows nothing about models, tensors
+//! or sampling.
 //!
 //! Engine loop: `add` requests; `schedule()`; run the forward; for every
 //! `needs_sample` row, `append_token` the sampled id and/or `finish`; repeat.
@@ -19,12 +21,14 @@ mod free_queue;
 mod inspect;
 mod output;
 mod prefix_hash;
+mod prefix_hit;
 mod scheduler;
+mod seq_blocks;
 mod sequence;
 mod step_budget;
 mod updates;
 
-pub use block::{Block, BlockId};
+pub use block::{Block, BlockId, NULL_BLOCK};
 pub use config::SchedulerConfig;
 pub use error::{NeverFitsReason, SchedulerError};
 pub use output::{ScheduledSequence, SchedulerOutput};

@@ -3,13 +3,13 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::block::BlockId;
 use crate::block_pool::BlockPool;
-use crate::block_table::BlockTable;
 use crate::config::SchedulerConfig;
 use crate::error::SchedulerError;
 use crate::output::{ScheduledSequence, SchedulerOutput};
 use crate::prefix_hash::PrefixCacheStats;
+use crate::prefix_hit::PrefixHit;
+use crate::seq_blocks::SeqBlocks;
 use crate::sequence::{SeqId, Sequence, SequenceStatus};
 use crate::step_budget::StepBudget;
 
@@ -46,10 +46,11 @@ impl Scheduler {
     /// only if nothing was preempted. `num_computed_tokens` advances here, so every
     /// output must be executed before the next call.
     pub fn schedule(&mut self) -> SchedulerOutput {
-        // Last step's KV is written by now, so its full blocks can be shared.
+        // Last step's KV is written by now, so its full blocks can be shared, and the blocks
+        // that left a window go back before anyone needs new ones.
         for id in &self.running {
             if let Some(seq) = self.sequences.get_mut(id) {
-                seq.cache_computed_blocks();
+                seq.commit_computed_blocks();
             }
         }
         let with_decodes = self.running.iter().filter_map(|id| self.sequences.get(id)).any(|s| !s.is_prefilling());
@@ -114,8 +115,8 @@ impl Scheduler {
             let Some(seq) = self.sequences.get_mut(&id) else {
                 return false;
             };
-            let table = seq.block_table.get_or_insert_with(|| BlockTable::new(self.pool.clone()));
-            if table.ensure_slots(slots) {
+            let blocks = seq.blocks.get_or_insert_with(|| SeqBlocks::new(&self.pool, &self.config.kv_group_windows));
+            if blocks.ensure_slots(slots) {
                 return true;
             }
             let Some(victim) = self.running.pop() else {
@@ -152,8 +153,9 @@ impl Scheduler {
             let bs = self.config.block_size;
             // The last token is always recomputed: its logits are needed.
             let cacheable_blocks = if seq.skip_prefix_cache { 0 } else { len.saturating_sub(1) / bs };
-            let hits = self.pool.find_cached_prefix(&seq.token_ids, cacheable_blocks);
-            let num_cached = hits.len() * bs;
+            let windows = &self.config.kv_group_windows;
+            let hit = PrefixHit::find(&self.pool, windows, &seq.token_ids, cacheable_blocks);
+            let num_cached = hit.num_blocks * bs;
             // A sequence being (re)prefilled has no strategy rows to run yet.
             let n = budget.prefill_grant(len - num_cached);
             let lookahead = seq.lookahead_slots;
@@ -162,21 +164,21 @@ impl Scheduler {
             // The whole current length must fit beside the watermark, so a long prompt does
             // not start chunking into a pool that would force a preemption right away.
             // Nothing running means nobody to protect, and waiving it there avoids a livelock.
-            let hit_ids: Vec<BlockId> = hits.iter().map(|&(b, _)| b).collect();
-            let needed = self.config.blocks_for(len + lookahead).saturating_sub(hits.len());
+            let hit_ids = hit.held_ids();
+            let needed = self.config.pages_for(len + lookahead).saturating_sub(hit_ids.len());
             let available = self.pool.num_free_blocks().saturating_sub(self.pool.num_evictable(&hit_ids));
             let headroom = if self.running.is_empty() { 0 } else { self.config.watermark_blocks() };
             if available < needed + headroom {
                 break;
             }
-            let mut table = BlockTable::with_cached_prefix(self.pool.clone(), &hits);
-            if !table.ensure_slots(num_cached + n + lookahead) {
+            let mut blocks = SeqBlocks::from_prefix_hit(&self.pool, windows, &hit);
+            if !blocks.ensure_slots(num_cached + n + lookahead) {
                 break;
             }
             let Some(seq) = self.sequences.get_mut(&id) else {
                 break;
             };
-            seq.block_table = Some(table);
+            seq.blocks = Some(blocks);
             seq.num_computed_tokens = num_cached;
             seq.num_cached_prompt_tokens.get_or_insert(num_cached.min(seq.num_prompt_tokens));
             seq.status = SequenceStatus::Running;
@@ -199,9 +201,9 @@ impl Scheduler {
         let seq = self.sequences.get_mut(&id)?;
         let context_len = seq.num_computed_tokens;
         let end = context_len + n;
-        // The table covers a prefix of positions, so the last query token's slot vouches for all.
-        let table = seq.block_table.as_ref()?;
-        if end > seq.token_ids.len() || (n > 0 && table.slot(end - 1).is_none()) {
+        // Each table covers a prefix of positions, so the last query token's slots vouch for all.
+        let blocks = seq.blocks.as_ref()?;
+        if end > seq.token_ids.len() || (n > 0 && blocks.num_slots() < end) {
             return None;
         }
         let scheduled = ScheduledSequence {

@@ -1,7 +1,7 @@
 //! A request as the scheduler sees it: tokens, how many of them have KV, and its blocks.
 
 use crate::block::BlockId;
-use crate::block_table::BlockTable;
+use crate::seq_blocks::SeqBlocks;
 
 pub type SeqId = u64;
 
@@ -46,7 +46,7 @@ pub struct Sequence {
     pub(crate) id: SeqId,
     pub(crate) token_ids: Vec<u32>,
     pub(crate) num_prompt_tokens: usize,
-    /// Tokens whose KV is (or is being written in the current step) in `block_table`.
+    /// Tokens whose KV is (or is being written in the current step) in `blocks`.
     pub(crate) num_computed_tokens: usize,
     /// Tokens to compute before the sequence decodes: the prompt, or after a preemption
     /// everything it had.
@@ -55,7 +55,8 @@ pub struct Sequence {
     /// Admission order; preemption takes the highest first.
     pub(crate) arrival: u64,
     pub(crate) status: SequenceStatus,
-    pub(crate) block_table: Option<BlockTable>,
+    /// One block table per KV cache group while running.
+    pub(crate) blocks: Option<SeqBlocks>,
     /// Non-token rows wanted in the next forward that schedules this sequence.
     pub(crate) scratch_rows: usize,
     /// KV slots the table must cover beyond the scheduled tokens.
@@ -76,7 +77,7 @@ impl Sequence {
             max_tokens: request.max_tokens,
             arrival,
             status: SequenceStatus::Waiting,
-            block_table: None,
+            blocks: None,
             scratch_rows: 0,
             lookahead_slots: 0,
             num_cached_prompt_tokens: None,
@@ -127,13 +128,15 @@ impl Sequence {
         self.status
     }
 
-    pub fn block_table_ids(&self) -> &[BlockId] {
-        self.block_table.as_ref().map_or(&[], |t| t.ids())
+    /// The block table of KV cache group `group` (`NULL_BLOCK` where a windowed group gave a
+    /// block back); empty while waiting.
+    pub fn block_table_ids(&self, group: usize) -> &[BlockId] {
+        self.blocks.as_ref().map_or(&[], |b| b.ids(group))
     }
 
-    /// KV slot of token `position`, if the block table covers it.
-    pub fn slot(&self, position: usize) -> Option<i64> {
-        self.block_table.as_ref()?.slot(position)
+    /// KV slot of token `position` in group `group`'s pages, if its block table holds it.
+    pub fn slot(&self, group: usize, position: usize) -> Option<i64> {
+        self.blocks.as_ref()?.slot(group, position)
     }
 
     pub fn scratch_rows(&self) -> usize {
@@ -156,14 +159,23 @@ impl Sequence {
 
     /// Registers the full blocks whose KV earlier steps wrote.
     pub(crate) fn cache_computed_blocks(&mut self) {
-        if let Some(table) = self.block_table.as_mut() {
-            table.cache_full_blocks(&self.token_ids, self.num_computed_tokens);
+        if let Some(blocks) = self.blocks.as_mut() {
+            blocks.cache_full_blocks(&self.token_ids, self.num_computed_tokens);
+        }
+    }
+
+    /// Once earlier steps are committed: registers their full blocks, then gives back the
+    /// blocks that left every window.
+    pub(crate) fn commit_computed_blocks(&mut self) {
+        if let Some(blocks) = self.blocks.as_mut() {
+            blocks.cache_full_blocks(&self.token_ids, self.num_computed_tokens);
+            blocks.release_outside_window(self.num_computed_tokens);
         }
     }
 
     /// Back to waiting with nothing computed; generated tokens stay and are recomputed.
     pub(crate) fn reset_for_recompute(&mut self) {
-        self.block_table = None;
+        self.blocks = None;
         self.num_computed_tokens = 0;
         self.prefill_len = self.token_ids.len();
         self.status = SequenceStatus::Waiting;
@@ -181,7 +193,10 @@ impl std::fmt::Debug for Sequence {
             .field("num_computed_tokens", &self.num_computed_tokens)
             .field("max_tokens", &self.max_tokens)
             .field("status", &self.status)
-            .field("block_table", &self.block_table_ids())
+            .field(
+                "block_tables",
+                &self.blocks.as_ref().map(|b| b.tables().iter().map(|t| t.ids()).collect::<Vec<_>>()),
+            )
             .finish()
     }
 }

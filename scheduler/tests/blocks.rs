@@ -37,7 +37,7 @@ fn aborting_a_running_sequence_frees_its_blocks_at_once() {
     step(&mut s);
     let seq = s.get(1).unwrap();
     assert_eq!(seq.status(), SequenceStatus::Running);
-    let held = seq.block_table_ids().len();
+    let held = seq.block_table_ids(0).len();
     assert_eq!(held, 3);
     let free_before = s.num_free_blocks();
     assert!(s.abort(1));
@@ -66,10 +66,10 @@ fn slots_follow_the_block_table() {
     s.add(new_seq(2, 6, 4)).unwrap();
     let out = s.schedule();
     let row = &out.scheduled[1];
-    let table = s.get(2).unwrap().block_table_ids().to_vec();
+    let table = s.get(2).unwrap().block_table_ids(0).to_vec();
     assert_eq!((row.seq_id, row.positions()), (2, 0..6));
-    assert_eq!(s.slot_mapping(row).unwrap()[5], table[1] as i64 * 4 + 1);
-    assert_eq!(s.slot(2, 5), Some(table[1] as i64 * 4 + 1));
-    assert_eq!(s.slot(2, 8), None, "beyond the table");
-    assert_eq!(s.slot(99, 0), None);
+    assert_eq!(s.slot_mapping(row, 0).unwrap()[5], table[1] as i64 * 4 + 1);
+    assert_eq!(s.slot(2, 0, 5), Some(table[1] as i64 * 4 + 1));
+    assert_eq!(s.slot(2, 0, 8), None, "beyond the table");
+    assert_eq!(s.slot(99, 0, 0), None);
 }

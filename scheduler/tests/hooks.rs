@@ -43,17 +43,17 @@ fn lookahead_slots_extend_the_block_table() {
     s.add(new_seq(1, 3, 20)).unwrap();
     s.set_lookahead_slots(1, 6).unwrap();
     step(&mut s);
-    assert_eq!(s.get(1).unwrap().block_table_ids().len(), 3, "3 tokens + 6 lookahead slots");
-    assert!(s.slot(1, 8).is_some());
-    assert!(s.slot(1, 12).is_none());
+    assert_eq!(s.get(1).unwrap().block_table_ids(0).len(), 3, "3 tokens + 6 lookahead slots");
+    assert!(s.slot(1, 0, 8).is_some());
+    assert!(s.slot(1, 0, 12).is_none());
 
     // Coverage moves with the sequence: exactly enough blocks for computed tokens + 6.
     for _ in 0..6 {
         step(&mut s);
         let seq = s.get(1).unwrap();
-        assert_eq!(seq.block_table_ids().len(), (seq.num_computed_tokens() + 6).div_ceil(4));
+        assert_eq!(seq.block_table_ids(0).len(), (seq.num_computed_tokens() + 6).div_ceil(4));
     }
-    assert_eq!(s.get(1).unwrap().block_table_ids().len(), 4);
+    assert_eq!(s.get(1).unwrap().block_table_ids(0).len(), 4);
 }
 
 #[test]

@@ -59,14 +59,23 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn scheduler_config() -> impl Strategy<Value = SchedulerConfig> {
-    (4usize..=12, 1usize..=16, 1usize..=16, 1usize..=6, any::<bool>()).prop_map(
-        |(num_blocks, budget, prefill_cap, max_num_seqs, caching)| SchedulerConfig {
+    // One full group (most models), or windowed groups beside it (Gemma 3's pattern), or only
+    // windowed ones (Mistral's); the pool grows with the groups so as many sequences fit.
+    let windows = prop_oneof![
+        Just(vec![None]),
+        Just(vec![None, Some(5)]),
+        Just(vec![Some(6), None, Some(6)]),
+        Just(vec![Some(9)]),
+    ];
+    (4usize..=12, 1usize..=16, 1usize..=16, 1usize..=6, any::<bool>(), windows).prop_map(
+        |(num_blocks, budget, prefill_cap, max_num_seqs, caching, kv_group_windows)| SchedulerConfig {
             max_num_batched_tokens: budget,
             max_prefill_tokens_with_decodes: prefill_cap,
             max_num_seqs,
             block_size: 4,
-            num_blocks,
+            num_blocks: num_blocks * kv_group_windows.len(),
             max_model_len: 44,
+            kv_group_windows,
             enable_prefix_caching: caching,
         },
     )

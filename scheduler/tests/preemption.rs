@@ -28,7 +28,7 @@ fn latest_arrival_is_preempted_first_and_recomputes_later() {
     let victim = s.get(3).unwrap();
     assert_eq!(victim.status(), SequenceStatus::Waiting);
     assert_eq!(victim.num_computed_tokens(), 0);
-    assert!(victim.block_table_ids().is_empty());
+    assert!(victim.block_table_ids(0).is_empty());
     let mut expected = prompt(3, 4);
     expected.push(7);
     assert_eq!(victim.token_ids(), &expected[..], "generated tokens survive preemption");

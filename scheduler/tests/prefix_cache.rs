@@ -26,9 +26,9 @@ fn sequences_with_a_common_prefix_share_blocks() {
     s.add(with_prefix(2, &[2, 2])).unwrap();
     s.add(with_prefix(3, &[])).unwrap(); // exactly the prefix: the cap leaves its last block to recompute
     let out = step(&mut s);
-    let a = s.get(1).unwrap().block_table_ids().to_vec();
-    let b = s.get(2).unwrap().block_table_ids().to_vec();
-    let c = s.get(3).unwrap().block_table_ids().to_vec();
+    let a = s.get(1).unwrap().block_table_ids(0).to_vec();
+    let b = s.get(2).unwrap().block_table_ids(0).to_vec();
+    let c = s.get(3).unwrap().block_table_ids(0).to_vec();
     assert_eq!(a[..3], b[..3]);
     assert_eq!(a[..2], c[..2]);
     assert_ne!(a[2], c[2]);
@@ -47,7 +47,7 @@ fn sequences_with_a_common_prefix_share_blocks() {
     let out = s.schedule();
     assert_eq!(out.scheduled[0].context_len, 12);
     assert_eq!(out.scheduled[0].seq_id, 4);
-    assert_eq!(s.get(4).unwrap().block_table_ids()[..3], a[..3]);
+    assert_eq!(s.get(4).unwrap().block_table_ids(0)[..3], a[..3]);
     s.check_invariants().unwrap();
 }
 
@@ -56,7 +56,7 @@ fn cached_blocks_are_evicted_only_when_needed_tails_first() {
     let mut s = Scheduler::new(cached_config(6)).unwrap();
     s.add(with_prefix(1, &[1])).unwrap();
     step(&mut s);
-    let a = s.get(1).unwrap().block_table_ids().to_vec();
+    let a = s.get(1).unwrap().block_table_ids(0).to_vec();
     s.finish(1, FinishReason::Stop).unwrap();
     assert_eq!(s.num_cached_blocks(), 3);
     let hashes: Vec<_> = a[..3].iter().map(|&b| s.block(b).unwrap().hash()).collect();
@@ -71,7 +71,7 @@ fn cached_blocks_are_evicted_only_when_needed_tails_first() {
     // Now the pool must reuse cached blocks: seq 1's uncached tail, then its last prefix block.
     s.add(NewSequence { id: 3, prompt_token_ids: vec![6; 8], max_tokens: 1, skip_prefix_cache: false }).unwrap();
     s.schedule();
-    let c = s.get(3).unwrap().block_table_ids().to_vec();
+    let c = s.get(3).unwrap().block_table_ids(0).to_vec();
     assert_eq!(c, vec![a[3], a[2]]);
     assert_eq!(s.block(a[2]).unwrap().hash(), None);
     assert_eq!(s.block(a[1]).unwrap().hash(), hashes[1]);
@@ -82,7 +82,7 @@ fn cached_blocks_are_evicted_only_when_needed_tails_first() {
     let out = s.schedule();
     assert_eq!(out.scheduled[0].context_len, 8);
     assert_eq!(out.scheduled[0].seq_id, 4);
-    assert_eq!(s.get(4).unwrap().block_table_ids()[..2], a[..2]);
+    assert_eq!(s.get(4).unwrap().block_table_ids(0)[..2], a[..2]);
 }
 
 #[test]
@@ -123,13 +123,13 @@ fn a_sequence_that_skips_the_prefix_cache_computes_its_whole_prompt() {
     let mut s = Scheduler::new(cached_config(16)).unwrap();
     s.add(with_prefix(1, &[1])).unwrap();
     step(&mut s);
-    let cached = s.get(1).unwrap().block_table_ids().to_vec();
+    let cached = s.get(1).unwrap().block_table_ids(0).to_vec();
     s.add(NewSequence { skip_prefix_cache: true, ..with_prefix(2, &[2]) }).unwrap();
     let out = s.schedule();
     let row = out.scheduled.iter().find(|r| r.seq_id == 2).expect("scheduled");
     // All 13 prompt tokens are query rows, from position 0, in blocks of its own.
     assert_eq!((row.context_len, row.num_query_tokens), (0, 13));
-    let own = s.get(2).unwrap().block_table_ids().to_vec();
+    let own = s.get(2).unwrap().block_table_ids(0).to_vec();
     assert!(own.iter().all(|b| !cached.contains(b)), "{own:?} shares with {cached:?}");
     assert_eq!(s.get(2).unwrap().num_cached_prompt_tokens(), 0);
     s.check_invariants().unwrap();

@@ -7,7 +7,7 @@ use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
 use candle_transformers::models::{gemma3, quantized_llama, quantized_phi3, quantized_qwen2, quantized_qwen3};
 use entrobatch::model_runner::testing::{write_tiny_gguf, TinyModelSpec};
-use entrobatch::model_runner::{ForwardBatch, SeqSpan};
+use entrobatch::model_runner::{ForwardBatch, KvCache, SeqSpan};
 use entrobatch::{Engine, EngineConfig, GenerationParams, MatmulMode, Prompt, SamplingParams};
 
 pub use crate::repo_root;
@@ -29,19 +29,25 @@ pub fn qwen_coder_path() -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
-/// One sequence's whole prompt as a single prefill from position 0, its K/V in slots
-/// `0..tokens.len()` of blocks `0..num_blocks`, logits for `logits_rows`.
-pub fn prefill_batch(tokens: &[u32], num_blocks: usize, logits_rows: Vec<usize>) -> ForwardBatch {
+/// One sequence's whole prompt as a single prefill from position 0 into `cache`, logits for
+/// `logits_rows`. The cache's pages are split evenly between its KV cache groups, each group
+/// holding its K/V in its own pages, in order.
+pub fn prefill_batch(tokens: &[u32], cache: &KvCache, logits_rows: Vec<usize>) -> ForwardBatch {
     let n = tokens.len();
+    let num_groups = cache.groups().num_groups();
+    let per_group = cache.num_blocks() / num_groups;
+    let first_slot = |g: usize| (g * per_group * cache.block_size()) as i64;
     ForwardBatch {
         input_ids: tokens.to_vec(),
         positions: (0..n as u32).collect(),
-        slot_mapping: (0..n as i64).collect(),
+        slot_mappings: (0..num_groups).map(|g| (0..n as i64).map(|p| first_slot(g) + p).collect()).collect(),
         seqs: vec![SeqSpan {
             query_start: 0,
             query_len: n,
             context_len: 0,
-            block_table: (0..num_blocks as u32).collect(),
+            block_tables: (0..num_groups)
+                .map(|g| ((g * per_group) as u32..((g + 1) * per_group) as u32).collect())
+                .collect(),
             want_attn_metrics: false,
             attn_pad_to: None,
         }],

@@ -140,12 +140,12 @@ pub fn dense_wedlm(
         let batch = ForwardBatch {
             input_ids: ids,
             positions,
-            slot_mapping: vec![-1; rows],
+            slot_mappings: vec![vec![-1; rows]],
             seqs: vec![SeqSpan {
                 query_start: 0,
                 query_len: rows,
                 context_len: 0,
-                block_table: Vec::new(),
+                block_tables: vec![Vec::new()],
                 want_attn_metrics: false,
                 attn_pad_to: None,
             }],
@@ -218,12 +218,12 @@ pub fn dense_greedy(model: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
         let batch = ForwardBatch {
             input_ids: tokens.clone(),
             positions: (0..rows as u32).collect(),
-            slot_mapping: vec![-1; rows],
+            slot_mappings: vec![vec![-1; rows]],
             seqs: vec![SeqSpan {
                 query_start: 0,
                 query_len: rows,
                 context_len: 0,
-                block_table: Vec::new(),
+                block_tables: vec![Vec::new()],
                 want_attn_metrics: false,
                 attn_pad_to: None,
             }],

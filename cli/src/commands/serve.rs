@@ -40,8 +40,9 @@ pub struct ServeArgs {
     /// KV cache size in MiB.
     #[arg(long, default_value_t = EngineConfig::DEFAULT_KV_CACHE_BYTES >> 20)]
     pub kv_cache_mb: usize,
-    /// KV cache size in tokens instead (rounded up to whole blocks), e.g. to match another
-    /// server's `-c`.
+    /// KV cache size in tokens instead: the memory of that many tokens at every layer (rounded
+    /// up to whole blocks), e.g. to match another server's `-c`. Models with sliding-window
+    /// layers hold more tokens in it.
     #[arg(long, conflicts_with = "kv_cache_mb")]
     pub kv_cache_tokens: Option<usize>,
     /// KV cache values: f16 (twice the tokens in the same memory, less memory traffic per
@@ -83,7 +84,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     config.max_queued_requests = Some(args.max_queue.unwrap_or_else(|| config.serving_max_queued_requests()));
     config.max_model_len = args.max_model_len;
     config.kv_cache_bytes = args.kv_cache_mb << 20;
-    config.num_blocks = args.kv_cache_tokens.map(|tokens| tokens.div_ceil(config.block_size));
+    config.kv_cache_tokens = args.kv_cache_tokens;
     config.kv_cache_dtype = args.kv_cache_dtype;
     let engine = Arc::new(Engine::start(config)?);
     // After the `listening on` line, which scripts read first.
@@ -116,14 +117,26 @@ pub fn run(args: ServeArgs) -> Result<()> {
 
 /// What the KV pool holds, as chosen from `--kv-cache-mb` or `--kv-cache-tokens`.
 fn kv_pool_line(engine: &Engine) -> String {
+    use entrobatch::model_runner::{KvCache, KvGroups};
     let info = engine.info();
-    let tokens = info.num_blocks * info.block_size;
-    let per_token = entrobatch::model_runner::KvCache::bytes_per_token(&info.model_config, info.kv_cache_dtype);
+    let slots = info.num_blocks * info.block_size;
+    let mib = (slots * KvCache::bytes_per_slot(&info.model_config, info.kv_cache_dtype)) >> 20;
     let dtype = format!("{:?}", info.kv_cache_dtype).to_lowercase();
+    let groups = KvGroups::for_model(&info.model_config);
+    let windowed = groups.windows().iter().filter(|w| w.is_some()).count();
+    if windowed == 0 {
+        return format!(
+            "KV cache: {} blocks of {} tokens = {slots} tokens ({dtype}, {mib} MiB)",
+            info.num_blocks, info.block_size
+        );
+    }
     format!(
-        "KV cache: {} blocks of {} tokens = {tokens} tokens ({dtype}, {} MiB)",
+        "KV cache: {} pages of {} tokens x {} layers ({dtype}, {mib} MiB) shared by {} layer groups, {windowed} of them \
+         windowed; one sequence holds up to {} tokens",
         info.num_blocks,
         info.block_size,
-        (tokens * per_token) >> 20
+        groups.group_size(),
+        groups.num_groups(),
+        info.max_tokens_in_cache.min(info.max_model_len)
     )
 }

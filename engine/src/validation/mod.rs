@@ -223,8 +223,7 @@ impl Validation {
     /// and the whole KV cache leave (at least 1, so an over-long prompt fails the fit check).
     fn tokens_left_after(&self, num_prompt: usize) -> usize {
         let limits = &self.limits;
-        let capacity = limits.num_blocks.saturating_mul(limits.block_size);
-        limits.max_model_len.min(capacity).saturating_sub(num_prompt).max(1)
+        limits.max_model_len.min(limits.max_tokens_in_cache()).saturating_sub(num_prompt).max(1)
     }
 
     /// Whether the request could run even alone in an empty engine; the scheduler's own rule

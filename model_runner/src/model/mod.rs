@@ -95,7 +95,7 @@ impl Model {
         cache: &mut KvCache,
         logits_buffer: Vec<f32>,
     ) -> Result<ForwardOutput> {
-        batch.validate(self.config.vocab_size, cache.num_slots(), cache.block_size())?;
+        batch.validate(self.config.vocab_size, cache.num_slots(), cache.block_size(), cache.groups())?;
         let max_positions = self.ropes.iter().map(Rope::max_positions).min().unwrap_or(0);
         if let Some(&p) = batch.positions.iter().find(|&&p| p as usize >= max_positions) {
             return Err(ModelError::InvalidBatch(format!("position {p} beyond the model's {max_positions} positions")));
@@ -118,6 +118,7 @@ impl Model {
                 block_size: cache.block_size(),
                 scale: cfg.attention_scale,
                 window: layer.window,
+                kv_group: cache.groups().group_of(l),
             };
             let h = ops::rms_norm(&x, &layer.attn_norm, eps);
             let [mut q, mut k, v] = Linear::forward_many([&layer.wq, &layer.wk, &layer.wv], &h, rows)?;
@@ -131,7 +132,7 @@ impl Model {
             rope.apply(&mut q, cfg.num_heads, &batch.positions);
             rope.apply(&mut k, cfg.num_kv_heads, &batch.positions);
             let step = LayerKv::from_rows(cache.dtype(), k, v);
-            cache.store(l, &batch.slot_mapping, &step)?;
+            cache.store(l, &batch.slot_mappings[cache.groups().group_of(l)], &step)?;
             let (attn, metrics) = if self.exact_attention {
                 exact_attention(shape, &q, &step, cache.layer(l), &batch.seqs, l == last_layer)?
             } else {

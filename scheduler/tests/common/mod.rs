@@ -13,6 +13,7 @@ pub fn config(budget: usize, max_num_seqs: usize, block_size: usize, num_blocks:
         block_size,
         num_blocks,
         max_model_len: 1 << 16,
+        kv_group_windows: vec![None],
         enable_prefix_caching: false,
     }
 }
@@ -52,16 +53,23 @@ pub fn check_output(s: &Scheduler, out: &SchedulerOutput) {
         let n = row.num_query_tokens;
         // A caught-up sequence may run only strategy scratch rows (MTI, WeDLM).
         assert!(n >= 1 || row.scratch_rows > 0, "empty row for {}", row.seq_id);
-        let slot_mapping = s.slot_mapping(row).expect("the table covers every query token");
-        assert_eq!(slot_mapping.len(), n);
         assert_eq!(&seq.token_ids()[row.context_len..row.context_len + n], s.query_token_ids(row));
         assert_eq!(row.needs_sample, row.context_len + n == seq.num_tokens());
-        let block_table = seq.block_table_ids();
-        assert!(block_table.len() * bs >= row.context_len + n + seq.lookahead_slots());
-        for (i, &slot) in slot_mapping.iter().enumerate() {
-            let pos = row.context_len + i;
-            assert_eq!(slot, (block_table[pos / bs] as usize * bs + pos % bs) as i64);
-            assert_eq!(Some(slot), s.slot(row.seq_id, pos));
+        for (group, window) in s.config().kv_group_windows.iter().enumerate() {
+            let slot_mapping = s.slot_mapping(row, group).expect("the table covers every query token");
+            assert_eq!(slot_mapping.len(), n);
+            let block_table = seq.block_table_ids(group);
+            assert!(block_table.len() * bs >= row.context_len + n + seq.lookahead_slots());
+            for (i, &slot) in slot_mapping.iter().enumerate() {
+                let pos = row.context_len + i;
+                assert_eq!(slot, (block_table[pos / bs] as usize * bs + pos % bs) as i64);
+                assert_eq!(Some(slot), s.slot(row.seq_id, group, pos));
+            }
+            // Every key the step's first row attends to is still held.
+            let first_key = window.map_or(0, |w| (row.context_len + 1).saturating_sub(w));
+            for key in first_key..row.context_len {
+                assert!(s.slot(row.seq_id, group, key).is_some(), "group {group} released key {key} still attended");
+            }
         }
     }
 }
