@@ -36,13 +36,15 @@ impl PrefixHit {
             let parent = i.checked_sub(1).map(|p| hashes[p]);
             pool.lookup(g, hashes[i], parent, &token_ids[i * bs..(i + 1) * bs])
         };
-        let hits: Vec<Vec<Option<BlockId>>> =
-            (0..windows.len()).map(|g| (0..hashes.len()).map(|i| lookup(g, i)).collect()).collect();
+        // Full groups first, each stopping at its first miss: no hit reaches past it.
         let mut n = hashes.len();
-        for (g, w) in windows.iter().enumerate() {
-            if w.is_none() {
-                n = n.min(hits[g].iter().take_while(|h| h.is_some()).count());
-            }
+        let mut hits: Vec<Vec<Option<BlockId>>> = vec![Vec::new(); windows.len()];
+        for (g, _) in windows.iter().enumerate().filter(|(_, w)| w.is_none()) {
+            hits[g] = (0..n).map(|i| lookup(g, i)).take_while(Option::is_some).collect();
+            n = hits[g].len();
+        }
+        for (g, _) in windows.iter().enumerate().filter(|(_, w)| w.is_some()) {
+            hits[g] = (0..n).map(|i| lookup(g, i)).collect();
         }
         let covers = |g: usize, w: usize, n: usize| {
             hits[g][first_needed_block(n * bs, w, bs).min(n)..n].iter().all(Option::is_some)
