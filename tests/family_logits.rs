@@ -67,3 +67,36 @@ fn tiny_phi3_logits_match_candle_quantized_phi3() {
 fn tiny_gemma3_logits_match_candle_gemma3() {
     check_family("logits-gemma3", TinyModelSpec::gemma3(), RefArch::Gemma3, MatmulMode::DenseAbove { min_rows: 1 });
 }
+
+/// Phi-3's LongRoPE: a file with both factor sets rotates as a file holding only the set its
+/// served context selects (the short one up to the original context, the long one past it),
+/// and the two choices give different logits.
+#[test]
+fn phi3_rotates_by_the_factors_its_served_context_selects() {
+    use entrobatch::model_runner::{LongContextRope, Model};
+    let spec = TinyModelSpec::phi3_long_context();
+    let LongContextRope { original_context, short_factors, long_factors } = spec.long_context_rope.clone().unwrap();
+    let single =
+        |factors: Vec<f32>| TinyModelSpec { long_context_rope: None, rope_freq_factors: Some(factors), ..spec.clone() };
+    let pair = tiny_model(&spec, "phi3-long-pair");
+    let only_short = tiny_model(&single(short_factors.unwrap()), "phi3-long-short");
+    let only_long = tiny_model(&single(long_factors), "phi3-long-long");
+    let tokens: Vec<u32> = (0..96).map(|i| (i * 37 + 11) % 200 + 20).collect();
+    let logits = |model: &Model| {
+        let mut cache = KvCache::new(model.config(), tokens.len().div_ceil(BLOCK), BLOCK, KvDtype::F32).expect("cache");
+        let batch = prefill_batch(&tokens, &cache, (0..tokens.len()).collect());
+        model.forward(&batch, &mut cache).expect("forward").logits
+    };
+    let load = |path: &std::path::Path| load_gguf(path, MatmulMode::Int8).expect("load").0;
+
+    let mut served = load(&pair);
+    let trained = logits(&served);
+    assert_eq!(trained, logits(&load(&only_long)), "the trained context (1024) is past the original one");
+    served.set_served_context(original_context);
+    let short = logits(&served);
+    assert_eq!(short, logits(&load(&only_short)), "a context of {original_context} is the original one");
+    served.set_served_context(original_context + 1);
+    assert_eq!(logits(&served), trained, "one position past the original context");
+    let differ = short.iter().zip(&trained).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+    assert!(differ > 1e-2, "the two factor sets should rotate differently: logits differ by {differ}");
+}

@@ -74,11 +74,10 @@ impl Engine {
         // A GGUF file, or a Hugging Face checkpoint directory (config.json + safetensors).
         let (mut model, tokenizer) = load_model(&config.model_path, config.matmul_mode)?;
         model.set_attention_kernel(config.attention_kernel);
+        let trained_context = model.config().max_position_embeddings;
+        let max_model_len = config.max_model_len.unwrap_or(trained_context).min(trained_context);
+        model.set_served_context(max_model_len);
         let model_config = model.config().clone();
-        let max_model_len = config
-            .max_model_len
-            .unwrap_or(model_config.max_position_embeddings)
-            .min(model_config.max_position_embeddings);
         let kv_dtype = config.kv_cache_dtype();
         let kv_groups = KvGroups::for_model(&model_config);
         let num_blocks = match (config.num_blocks, config.kv_cache_tokens) {

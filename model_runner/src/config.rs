@@ -50,9 +50,33 @@ pub struct RopeConfig {
     pub freq_scale: f32,
     /// Multiplies cos and sin (`rope.scaling.attn_factor`).
     pub attn_factor: f32,
-    /// Per-frequency divisors (`rope_freqs.weight` for Llama 3.x, `rope_factors_short.weight`
-    /// for Phi-3 long-context files), `rotary_dim / 2` of them.
+    /// Per-frequency divisors (`rope_freqs.weight` for Llama 3.x; for Phi-3 long-context files
+    /// whichever of [`LongContextRope`]'s two sets the served context selects), `rotary_dim / 2`
+    /// of them.
     pub freq_factors: Option<Vec<f32>>,
+}
+
+/// Phi-3's LongRoPE (`rope_factors_short.weight`, `rope_factors_long.weight`): the long factors
+/// rotate every position once the context served exceeds the one the model was first trained
+/// on, the short ones otherwise. The choice is made once for the context served, as llama.cpp
+/// makes it from `n_ctx`, so cached keys never mix the two rotations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LongContextRope {
+    /// `rope.scaling.original_context_length`.
+    pub original_context: usize,
+    pub short_factors: Option<Vec<f32>>,
+    pub long_factors: Vec<f32>,
+}
+
+impl LongContextRope {
+    /// The factors that rotate a context of `max_positions`.
+    pub fn factors_for(&self, max_positions: usize) -> Option<&[f32]> {
+        if max_positions > self.original_context {
+            Some(&self.long_factors)
+        } else {
+            self.short_factors.as_deref()
+        }
+    }
 }
 
 impl RopeConfig {
@@ -85,6 +109,8 @@ pub struct ModelConfig {
     pub max_position_embeddings: usize,
     /// RoPE of every layer that is not windowed.
     pub rope: RopeConfig,
+    /// Two sets of frequency factors to choose `rope.freq_factors` from by the context served.
+    pub long_context_rope: Option<LongContextRope>,
     pub rms_norm_eps: f32,
     pub qkv_bias: bool,
     /// Per-head RMSNorm of Q and K before RoPE.

@@ -67,7 +67,7 @@ impl ModelConfig {
         }
         let num_layers = md.u32(&key("block_count"))? as usize;
         let context_length = md.opt_u32(&key("context_length"))?.map_or(4096, |v| v as usize);
-        let (rope, max_position_embeddings) = rope_config(&md, arch, &key, head_dim, context_length)?;
+        let rope = rope_config(&md, arch, &key, head_dim)?;
         let sliding_window = match arch {
             Architecture::Gemma3 => gemma3_window(&md, &key, num_layers, &rope)?,
             // llama.cpp runs Phi-3 without its window (models/phi3.cpp); so does this runner,
@@ -104,8 +104,9 @@ impl ModelConfig {
             num_kv_heads,
             head_dim,
             vocab_size,
-            max_position_embeddings,
+            max_position_embeddings: context_length,
             rope,
+            long_context_rope: None,
             rms_norm_eps: md.f32(&key("attention.layer_norm_rms_epsilon"))?,
             qkv_bias: has_tensor("blk.0.attn_q.bias") || has_tensor("blk.0.attn_qkv.bias"),
             qk_norm: matches!(arch, Architecture::Qwen3 | Architecture::Gemma3),
@@ -119,22 +120,28 @@ impl ModelConfig {
         })
     }
 
-    /// The tensor holding RoPE frequency factors, if this file has one: Llama 3.x's
-    /// `rope_freqs.weight`, or Phi-3's short-context factors (the long ones apply only beyond
-    /// the original context, which `from_gguf` does not extend to).
-    pub fn rope_factors_tensor(content: &gguf_file::Content) -> Option<&'static str> {
-        ["rope_freqs.weight", "rope_factors_short.weight"].into_iter().find(|n| content.tensor_infos.contains_key(*n))
+    /// The tensor holding RoPE frequency factors for every context, if this file has one
+    /// (Llama 3.x's `rope_freqs.weight`; llama.cpp prefers it to Phi-3's pair as well).
+    pub const ROPE_FACTORS: &'static str = "rope_freqs.weight";
+    /// Phi-3's long-context pair, chosen between by the context served ([`LongContextRope`]).
+    pub const ROPE_FACTORS_SHORT: &'static str = "rope_factors_short.weight";
+    pub const ROPE_FACTORS_LONG: &'static str = "rope_factors_long.weight";
+
+    /// The context Phi-3's short factors were trained for: `rope.scaling.original_context_length`,
+    /// or the whole context where the file does not say (llama.cpp's `n_ctx_orig_yarn`).
+    pub fn original_context_length(content: &gguf_file::Content) -> Result<usize> {
+        let md = Metadata(content);
+        let arch_name = md.string("general.architecture")?;
+        let key = |k: &str| format!("{arch_name}.{k}");
+        match md.opt_u32(&key("rope.scaling.original_context_length"))? {
+            Some(n) if n > 0 => Ok(n as usize),
+            _ => Ok(md.opt_u32(&key("context_length"))?.map_or(4096, |v| v as usize)),
+        }
     }
 }
 
-/// The RoPE of the global layers and how many positions it serves.
-fn rope_config(
-    md: &Metadata,
-    arch: Architecture,
-    key: &dyn Fn(&str) -> String,
-    head_dim: usize,
-    context_length: usize,
-) -> Result<(RopeConfig, usize)> {
+/// The RoPE of the global layers (frequency factors are tensors: the weight loader adds them).
+fn rope_config(md: &Metadata, arch: Architecture, key: &dyn Fn(&str) -> String, head_dim: usize) -> Result<RopeConfig> {
     let rotary_dim = md.opt_u32(&key("rope.dimension_count"))?.map_or(head_dim, |v| v as usize);
     if rotary_dim == 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim {
         return Err(unsupported(arch, format!("rope.dimension_count {rotary_dim} for heads of {head_dim}")));
@@ -153,23 +160,6 @@ fn rope_config(
         Some(f) if f > 0.0 && f.is_finite() => 1.0 / f,
         Some(f) => return Err(unsupported(arch, format!("rope.scaling.factor {f}"))),
     };
-    let mut max_positions = context_length;
-    let md_has = |name: &str| md.0.tensor_infos.contains_key(name);
-    if md_has("rope_factors_long.weight") {
-        // Phi-3 long-context files: llama.cpp switches to the long factors once the context
-        // exceeds the original one; this runner serves the original context with the short ones.
-        if let Some(original) = md.opt_u32(&key("rope.scaling.original_context_length"))? {
-            let original = original as usize;
-            if original < max_positions {
-                tracing::warn!(
-                    original,
-                    trained = max_positions,
-                    "long-context RoPE factors are not implemented: serving the original context length"
-                );
-                max_positions = original;
-            }
-        }
-    }
     let rope = RopeConfig {
         theta: md.opt_f32(&key("rope.freq_base"))?.unwrap_or(10_000.0),
         rotary_dim,
@@ -178,7 +168,7 @@ fn rope_config(
         attn_factor: md.opt_f32(&key("rope.scaling.attn_factor"))?.unwrap_or(1.0),
         freq_factors: None,
     };
-    Ok((rope, max_positions))
+    Ok(rope)
 }
 
 fn gemma3_window(

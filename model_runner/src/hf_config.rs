@@ -84,6 +84,7 @@ impl HfConfig {
             // Hugging Face q/k weights are laid out for rotate_half (NEOX pairs) in every family;
             // only llama.cpp's GGUF conversion permutes llama to interleaved pairs.
             rope: RopeConfig::plain(cfg.f32("rope_theta").unwrap_or(10_000.0), head_dim, false),
+            long_context_rope: None,
             rms_norm_eps: cfg.f32("rms_norm_eps").unwrap_or(1e-6),
             qkv_bias,
             qk_norm,

@@ -41,7 +41,7 @@ pub use tokenizer::{chat_template, recommended_sampling};
 
 pub use batch::{ForwardBatch, SeqSpan};
 pub use chat_template::{ChatMessage, ChatTemplate};
-pub use config::{Activation, Architecture, ModelConfig, RopeConfig, SlidingWindow};
+pub use config::{Activation, Architecture, LongContextRope, ModelConfig, RopeConfig, SlidingWindow};
 pub use embedding::Embedding;
 pub use error::{ModelError, Result};
 pub use gguf_loader::load_gguf;

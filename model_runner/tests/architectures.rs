@@ -43,6 +43,21 @@ fn every_family_reads_its_description_from_the_metadata() {
     assert_eq!(phi.architecture, Architecture::Phi3);
     assert!(phi.sliding_window.is_none() && !phi.rope.interleaved);
 
+    let phi_long = load("phi3-long", &TinyModelSpec::phi3_long_context()).unwrap();
+    let pair = TinyModelSpec::phi3_long_context().long_context_rope.unwrap();
+    assert_eq!(phi_long.max_position_embeddings, 1024, "the trained context, not the original 256");
+    assert_eq!(phi_long.long_context_rope.as_ref(), Some(&pair));
+    assert_eq!(
+        phi_long.rope.freq_factors.as_ref(),
+        Some(&pair.long_factors),
+        "the trained context selects the long factors"
+    );
+    assert!(
+        (phi_long.rope.attn_factor - 1.1180).abs() < 1e-4,
+        "rope.scaling.attn_factor: {}",
+        phi_long.rope.attn_factor
+    );
+
     let llama3 = load("llama3", &TinyModelSpec::llama3()).unwrap();
     let factors = llama3.rope.freq_factors.expect("rope_freqs.weight read");
     assert_eq!(factors, TinyModelSpec::llama3().rope_freq_factors.unwrap());

@@ -49,6 +49,9 @@ pub fn run(args: PerplexityArgs) -> Result<()> {
     if let Some(mb) = args.kv_cache_mb {
         config.kv_cache_bytes = mb << 20;
     }
+    // Sequences are one chunk long (the context llama-perplexity's -c sets, by which it also
+    // picks Phi-3's RoPE factors), plus the one position every request reserves to generate.
+    config.max_model_len = Some(args.ctx_size + 1);
     let engine = Engine::start(config)?;
     let report = perplexity(&engine, &text, args.ctx_size, args.chunks, !args.no_progress)?;
     println!(

@@ -9,13 +9,12 @@ use candle_core::quantized::{ggml_file::qtensor_from_ggml, gguf_file, QTensor};
 use candle_core::{Device, Tensor};
 
 use super::{Layer, Model};
-use crate::config::ModelConfig;
+use crate::config::{LongContextRope, ModelConfig};
 use crate::embedding::Embedding;
 use crate::error::{ModelError, Result};
 use crate::int8_gemm;
 use crate::linear::{Linear, MatmulMode};
 use crate::ops;
-use crate::rope::Rope;
 
 impl Model {
     pub fn from_gguf<R: Read + Seek>(content: &gguf_file::Content, reader: &mut R, mode: MatmulMode) -> Result<Self> {
@@ -27,16 +26,33 @@ impl Model {
                 .tensor(reader, name, &device)
                 .map_err(|e| ModelError::Load { path: name.to_string(), message: e.to_string() })
         };
-        if let Some(name) = ModelConfig::rope_factors_tensor(content) {
-            let factors = ops::values_of(&tensor(name)?.dequantize(&device)?)?;
-            if factors.len() != config.rope.rotary_dim / 2 {
+        let rotary_dim = config.rope.rotary_dim;
+        let mut factors = |name: &str| -> Result<Option<Vec<f32>>> {
+            if !has(name) {
+                return Ok(None);
+            }
+            let values = ops::values_of(&tensor(name)?.dequantize(&device)?)?;
+            if values.len() != rotary_dim / 2 {
                 return Err(ModelError::Unsupported(format!(
                     "{name} has {} factors for a rotary dimension of {}",
-                    factors.len(),
-                    config.rope.rotary_dim
+                    values.len(),
+                    rotary_dim
                 )));
             }
-            config.rope.freq_factors = Some(factors);
+            Ok(Some(values))
+        };
+        if let Some(all) = factors(ModelConfig::ROPE_FACTORS)? {
+            config.rope.freq_factors = Some(all);
+        } else if let Some(long_factors) = factors(ModelConfig::ROPE_FACTORS_LONG)? {
+            let long = LongContextRope {
+                original_context: ModelConfig::original_context_length(content)?,
+                short_factors: factors(ModelConfig::ROPE_FACTORS_SHORT)?,
+                long_factors,
+            };
+            config.rope.freq_factors = long.factors_for(config.max_position_embeddings).map(<[f32]>::to_vec);
+            config.long_context_rope = Some(long);
+        } else {
+            config.rope.freq_factors = factors(ModelConfig::ROPE_FACTORS_SHORT)?;
         }
         let embedding = Embedding::from_qtensor(tensor("token_embd.weight")?)?;
         if embedding.hidden() != config.hidden_size {
@@ -121,11 +137,7 @@ impl Model {
             });
             int8_gemm::release_freed_heap();
         }
-        let max_positions = config.max_position_embeddings;
-        let mut ropes = vec![Rope::new(&config.rope, config.head_dim, max_positions)];
-        if let Some(window) = &config.sliding_window {
-            ropes.push(Rope::new(&window.rope, config.head_dim, max_positions));
-        }
+        let ropes = Model::ropes_for(&config, config.max_position_embeddings);
         Ok(Self { config, embedding, layers, final_norm, lm_head, ropes, exact_attention: false })
     }
 }

@@ -9,7 +9,6 @@ use crate::hf_config::HfConfig;
 use crate::hf_loader::HfTensors;
 use crate::linear::Linear;
 use crate::ops;
-use crate::rope::Rope;
 
 impl Model {
     /// Every weight becomes dense f32. The bias and QK-norm tensors the config implies must be
@@ -64,7 +63,7 @@ impl Model {
         } else {
             return Err(ModelError::Unsupported("lm_head.weight is missing and tie_word_embeddings is false".into()));
         };
-        let ropes = vec![Rope::new(&config.rope, hd, config.max_position_embeddings)];
+        let ropes = Model::ropes_for(&config, config.max_position_embeddings);
         let embedding = Embedding::from_dense(ops::values_of(&embedding)?, h)?;
         Ok(Self { config, embedding, layers, final_norm, lm_head, ropes, exact_attention: false })
     }

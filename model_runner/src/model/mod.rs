@@ -68,6 +68,36 @@ impl ForwardOutput {
 }
 
 impl Model {
+    /// The RoPE tables of `config`'s layers for positions `0..max_positions`: the global
+    /// one, then the windowed one if any layer has a window.
+    fn ropes_for(config: &ModelConfig, max_positions: usize) -> Vec<Rope> {
+        let mut ropes = vec![Rope::new(&config.rope, config.head_dim, max_positions)];
+        if let Some(window) = &config.sliding_window {
+            ropes.push(Rope::new(&window.rope, config.head_dim, max_positions));
+        }
+        ropes
+    }
+
+    /// Declares the longest sequence the model will serve. Only a model with Phi-3's two RoPE
+    /// factor sets depends on it: beyond the original context it rotates every position by
+    /// the long-context factors, as llama.cpp does for its `n_ctx`. The tables keep every
+    /// trained position, so rows past a sequence's end (MTI, WeDLM) still rotate.
+    pub fn set_served_context(&mut self, max_model_len: usize) {
+        let Some(long) = &self.config.long_context_rope else { return };
+        let factors = long.factors_for(max_model_len).map(<[f32]>::to_vec);
+        if max_model_len > long.original_context {
+            tracing::info!(
+                max_model_len,
+                original_context = long.original_context,
+                "the served context exceeds the original one: RoPE rotates by the long-context factors"
+            );
+        }
+        if factors != self.config.rope.freq_factors {
+            self.config.rope.freq_factors = factors;
+            self.ropes = Self::ropes_for(&self.config, self.config.max_position_embeddings);
+        }
+    }
+
     /// Chooses the attention implementation (the fused paged kernel by default).
     pub fn set_attention_kernel(&mut self, kernel: AttentionKernel) {
         self.exact_attention = kernel == AttentionKernel::CandleMirror;

@@ -7,6 +7,7 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::config::LongContextRope;
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
@@ -76,6 +77,9 @@ pub struct TinyModelSpec {
     pub sliding_window: Option<(usize, usize)>,
     /// Llama 3.x RoPE frequency factors (`rope_freqs.weight`), `head_dim / 2` of them.
     pub rope_freq_factors: Option<Vec<f32>>,
+    /// Phi-3's LongRoPE pair (`rope_factors_short/long.weight`) and the original context it
+    /// switches at (`rope.scaling.original_context_length`).
+    pub long_context_rope: Option<LongContextRope>,
     /// Metadata written after the generated keys, replacing any of the same name: a chat
     /// template of the test's own, `general.sampling.*` recommendations.
     pub extra_metadata: Vec<(String, Value)>,
@@ -96,6 +100,7 @@ impl TinyModelSpec {
             key_length: None,
             sliding_window: None,
             rope_freq_factors: None,
+            long_context_rope: None,
             extra_metadata: Vec::new(),
         }
     }
@@ -147,6 +152,27 @@ impl TinyModelSpec {
             })
             .collect();
         Self { rope_freq_factors: Some(factors), ..spec }
+    }
+
+    /// Phi-3 with long-context RoPE as its 128k conversions are written: a context 4 times
+    /// the original 256 (llama.cpp's smallest context, so that it can run either set), short
+    /// factors near 1 and long ones growing towards the low frequencies, and
+    /// `rope.scaling.attn_factor` = sqrt(1 + ln(4) / ln(256)).
+    pub fn phi3_long_context() -> Self {
+        let spec = Self { context_length: 1024, ..Self::phi3() };
+        let half = spec.head_dim() / 2;
+        let short_factors = (0..half).map(|i| 1.0 + 0.05 * i as f32).collect();
+        let long_factors = (0..half).map(|i| 1.0 + 31.0 * (i as f32 / (half - 1) as f32).powi(2)).collect();
+        let attn_factor = (1.0 + 4f64.ln() / 256f64.ln()).sqrt() as f32;
+        Self {
+            long_context_rope: Some(LongContextRope {
+                original_context: 256,
+                short_factors: Some(short_factors),
+                long_factors,
+            }),
+            extra_metadata: vec![("phi3.rope.scaling.attn_factor".into(), Value::F32(attn_factor))],
+            ..spec
+        }
     }
 
     pub fn head_dim(&self) -> usize {
@@ -241,6 +267,9 @@ pub fn write_tiny_gguf(path: &Path, spec: &TinyModelSpec) -> candle_core::Result
         arch_kv.push(("attention.sliding_window_pattern", u32_of(pattern)));
         arch_kv.push(("rope.freq_base_swa", Value::F32(10_000.0)));
     }
+    if let Some(long) = &spec.long_context_rope {
+        arch_kv.push(("rope.scaling.original_context_length", u32_of(long.original_context)));
+    }
     metadata.extend(arch_kv.into_iter().map(|(k, v)| (format!("{arch}.{k}"), v)));
     metadata.extend(vocab::tokenizer_metadata(spec.arch)?);
     for (key, value) in &spec.extra_metadata {
@@ -312,6 +341,18 @@ fn build_tensors(spec: &TinyModelSpec) -> candle_core::Result<Vec<(String, QTens
     if let Some(factors) = &spec.rope_freq_factors {
         let t = Tensor::from_vec(factors.clone(), factors.len(), &Device::Cpu)?;
         out.push(("rope_freqs.weight".to_string(), f32q(t)?));
+    }
+    if let Some(long) = &spec.long_context_rope {
+        let named = [
+            ("rope_factors_long.weight", Some(&long.long_factors)),
+            ("rope_factors_short.weight", long.short_factors.as_ref()),
+        ];
+        for (name, factors) in named {
+            if let Some(factors) = factors {
+                let t = Tensor::from_vec(factors.clone(), factors.len(), &Device::Cpu)?;
+                out.push((name.to_string(), f32q(t)?));
+            }
+        }
     }
     Ok(out)
 }
