@@ -258,7 +258,25 @@ fn tokenize_and_detokenize_agree_with_the_engine() {
     let r = server.post_json("/detokenize", &json!({ "tokens": expected }));
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.json()["prompt"].as_str().is_some_and(|p| p.contains("Hello there")), "{}", r.text());
+    assert_eq!(r.json()["content"], r.json()["prompt"], "llama-server's name for the text");
+    // llama-server's request shape: `content`, special tokens only with `add_special`, and
+    // `with_pieces` pairing every id with its text.
+    for special in [false, true] {
+        let r = server.post_json("/tokenize", &json!({ "content": text, "add_special": special, "with_pieces": true }));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let expected = engine.tokenizer().encode(text, special).expect("encode");
+        let pieces = r.json()["tokens"].as_array().cloned().unwrap_or_default();
+        let ids: Vec<u64> = pieces.iter().map(|p| p["id"].as_u64().expect("id")).collect();
+        assert_eq!(json!(ids), json!(expected), "add_special {special}");
+        let joined: String = pieces.iter().map(|p| p["piece"].as_str().expect("piece")).collect();
+        let decoded = engine.tokenizer().decode(&expected, false).expect("decode");
+        assert_eq!(joined, decoded);
+    }
+    let r = server.post_json("/tokenize", &json!({ "content": text }));
+    assert_eq!(r.json()["tokens"], json!(engine.tokenizer().encode(text, false).expect("encode")), "{}", r.text());
     for (path, body) in [
+        ("/tokenize", json!({ "prompt": "x", "content": "x" })),
+        ("/tokenize", json!({ "prompt": "x", "add_special": true })),
         ("/tokenize", json!({ "prompt": "x", "messages": [] })),
         ("/tokenize", json!({ "prompt": "x", "surprise": 1 })),
         ("/detokenize", json!({ "tokens": [u32::MAX] })),
@@ -267,4 +285,101 @@ fn tokenize_and_detokenize_agree_with_the_engine() {
     }
     assert_eq!(server.get(&format!("/v1/models/{}", engine.info().model_name)).status, 200);
     assert_eq!(server.get("/v1/models/gpt-9").status, 404);
+}
+
+/// A key no part of the request has is refused with its path, at every level of the typed
+/// parts, instead of being dropped: a misspelled constraint must not turn into free text.
+#[test]
+fn unknown_keys_inside_typed_parts_are_refused_by_their_path() {
+    let server = TestServer::start(engine_config(tiny_model("unknown-keys", 512)));
+    let user = json!([{ "role": "user", "content": "x" }]);
+    let tool = |extra: Value| {
+        let mut function = json!({ "name": "f", "parameters": { "type": "object" } });
+        let mut tool = json!({ "type": "function" });
+        match extra {
+            Value::Object(m) if m.contains_key("in_function") => function["bogus"] = json!(1),
+            _ => tool["bogus"] = json!(1),
+        }
+        tool["function"] = function;
+        json!([tool])
+    };
+    // (what, route, body, words the message must hold)
+    let cases: Vec<(&str, &str, Value, &str)> = vec![
+        (
+            "json_object",
+            "/v1/completions",
+            json!({ "prompt": "x", "response_format": { "type": "json_object", "bogus": 1 } }),
+            "response_format.bogus",
+        ),
+        (
+            "text",
+            "/v1/completions",
+            json!({ "prompt": "x", "response_format": { "type": "text", "schema": {} } }),
+            "response_format.schema",
+        ),
+        (
+            "json_schema beside its object",
+            "/v1/completions",
+            json!({ "prompt": "x", "response_format": { "type": "json_schema", "json_schema": { "schema": {} }, "strict": true } }),
+            "response_format.strict",
+        ),
+        (
+            "inside json_schema",
+            "/v1/completions",
+            json!({ "prompt": "x", "response_format": { "type": "json_schema", "json_schema": { "schema": {}, "bogus": 1 } } }),
+            "response_format.json_schema.bogus",
+        ),
+        (
+            "stream_options",
+            "/v1/completions",
+            json!({ "prompt": "x", "stream": true, "stream_options": { "include_usage": true, "bogus": 1 } }),
+            "stream_options",
+        ),
+        ("a tool", "/v1/chat/completions", json!({ "messages": user, "tools": tool(json!({})) }), "tools[0].bogus"),
+        (
+            "a tool's function",
+            "/v1/chat/completions",
+            json!({ "messages": user, "tools": tool(json!({ "in_function": true })) }),
+            "tools[0].function.bogus",
+        ),
+        (
+            "a text part",
+            "/v1/chat/completions",
+            json!({ "messages": [{ "role": "user", "content": [{ "type": "text", "text": "x", "bogus": 1 }] }] }),
+            "messages[0].content[0].bogus",
+        ),
+    ];
+    for (what, route, body, words) in cases {
+        let response = server.post_json(route, &body);
+        assert_eq!(response.status, 400, "{what}: {}", response.text());
+        let error = &response.json()["error"];
+        let said = format!("{} {}", error["message"], error["param"]);
+        assert!(said.contains(words), "{what}: the error should name `{words}`: {error}");
+    }
+    assert_eq!(server.engine.in_flight(), 0);
+
+    // llama-server's two ways of sending a schema constrain the answer as OpenAI's does.
+    let schema = json!({
+        "type": "object",
+        "properties": { "answer": { "enum": ["yes", "no"] } },
+        "required": ["answer"],
+        "additionalProperties": false
+    });
+    let forms = [
+        ("schema inside json_object", json!({ "response_format": { "type": "json_object", "schema": schema } })),
+        ("top-level json_schema", json!({ "json_schema": schema })),
+    ];
+    for (what, form) in forms {
+        let mut body = json!({ "prompt": "Answer:", "max_tokens": 40, "temperature": 0 });
+        body.as_object_mut().unwrap().extend(form.as_object().unwrap().clone());
+        let response = server.post_json("/v1/completions", &body);
+        assert_eq!(response.status, 200, "{what}: {}", response.text());
+        let choice = &response.json()["choices"][0];
+        assert_eq!(choice["finish_reason"], json!("stop"), "{what}: {choice}");
+        let text = choice["text"].as_str().unwrap();
+        let answer: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{what}: {text:?} is not JSON: {e}"));
+        let keys: Vec<&String> = answer.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["answer"], "{what}: {answer}");
+        assert!(answer["answer"] == json!("yes") || answer["answer"] == json!("no"), "{what}: {answer}");
+    }
 }

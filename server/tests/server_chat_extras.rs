@@ -137,3 +137,29 @@ fn a_conversation_the_template_refuses_is_a_400_naming_the_message() {
     let any_order = TestServer::start(engine_config(tiny_model("any-order", 512)));
     chat(&any_order, json!({ "messages": turns(&["user", "user"]), "max_tokens": 2 }));
 }
+
+/// ChatML that prints an assistant message's `reasoning_content` inside think tags, as
+/// Qwen3's template does.
+const REASONING_TEMPLATE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n\
+{% if m.reasoning_content is defined %}<think>{{ m.reasoning_content }}</think>{% endif %}{{ m.content }}<|im_end|>\n{% endfor %}\
+{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/// A message's keys beyond OpenAI's reach the template with the message, as in vLLM: the
+/// prompt is the template's text with the key printed, and without the key it is not.
+#[test]
+fn a_messages_other_keys_reach_the_template() {
+    let server = with_template("message-keys", REASONING_TEMPLATE);
+    let body = |assistant: Value| {
+        json!({ "messages": [{ "role": "user", "content": "hi" }, assistant, { "role": "user", "content": "and?" }],
+            "max_tokens": 1 })
+    };
+    let with_key =
+        chat(&server, body(json!({ "role": "assistant", "content": "yes", "reasoning_content": "it is 4" })));
+    let without = chat(&server, body(json!({ "role": "assistant", "content": "yes" })));
+    let text = |reasoning: &str| {
+        format!("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n{reasoning}yes<|im_end|>\n<|im_start|>user\nand?<|im_end|>\n<|im_start|>assistant\n")
+    };
+    let count = |t: &str| server.engine.tokenizer().encode(t, false).expect("encode").len();
+    assert_eq!(with_key["usage"]["prompt_tokens"], json!(count(&text("<think>it is 4</think>"))));
+    assert_eq!(without["usage"]["prompt_tokens"], json!(count(&text(""))));
+}

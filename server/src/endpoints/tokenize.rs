@@ -1,5 +1,6 @@
-//! vLLM's `POST /tokenize` and `POST /detokenize`: what a client needs to count tokens the
-//! way the engine will, without generating.
+//! `POST /tokenize` and `POST /detokenize` in vLLM's shapes and llama-server's (`content`,
+//! `add_special`, `with_pieces`; `content` in the reply): what a client needs to count tokens
+//! the way the engine will, without generating.
 
 use axum::extract::State;
 use axum::Json;
@@ -20,6 +21,14 @@ pub struct TokenizeRequest {
     model: Option<String>,
     #[serde(default)]
     prompt: Option<String>,
+    /// llama-server's name for `prompt`; its special tokens are added only with `add_special`.
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    add_special: Option<bool>,
+    /// llama-server: `tokens` as `{"id", "piece"}` objects.
+    #[serde(default)]
+    with_pieces: Option<bool>,
     #[serde(default)]
     messages: Option<Vec<MessageIn>>,
     /// Text only (the chat template writes its own special tokens); default true.
@@ -41,14 +50,30 @@ pub struct DetokenizeRequest {
 pub struct TokenizeResponse {
     pub count: usize,
     pub max_model_len: usize,
-    pub tokens: Vec<u32>,
+    pub tokens: Tokens,
     /// `null` unless `return_token_strs`.
     pub token_strs: Option<Vec<String>>,
 }
 
+/// Ids, or with llama-server's `with_pieces` each id with its text.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Tokens {
+    Ids(Vec<u32>),
+    Pieces(Vec<Piece>),
+}
+
+#[derive(Debug, Serialize)]
+pub struct Piece {
+    pub id: u32,
+    pub piece: String,
+}
+
+/// The text under vLLM's name (`prompt`) and llama-server's (`content`).
 #[derive(Debug, Serialize)]
 pub struct DetokenizeResponse {
     pub prompt: String,
+    pub content: String,
 }
 
 pub async fn tokenize(
@@ -57,12 +82,22 @@ pub async fn tokenize(
 ) -> Result<Json<TokenizeResponse>, ApiError> {
     state.check_model(req.model.as_deref())?;
     let engine = state.engine.clone();
-    let ids = match (req.prompt, req.messages) {
-        (Some(text), None) => engine
-            .tokenizer()
-            .encode(&text, req.add_special_tokens.unwrap_or(true))
-            .map_err(|e| ApiError::invalid_param("prompt", e.to_string()))?,
-        (None, Some(messages)) => {
+    if req.add_special.is_some() && req.content.is_none() {
+        return Err(ApiError::invalid_param(
+            "add_special",
+            "`add_special` goes with `content` (`prompt` takes `add_special_tokens`)",
+        ));
+    }
+    if req.add_special_tokens.is_some() && req.content.is_some() {
+        return Err(ApiError::invalid_param("add_special_tokens", "`content` takes `add_special`"));
+    }
+    let encode = |field: &'static str, text: &str, special: bool| {
+        engine.tokenizer().encode(text, special).map_err(|e| ApiError::invalid_param(field, e.to_string()))
+    };
+    let ids = match (req.prompt, req.content, req.messages) {
+        (Some(text), None, None) => encode("prompt", &text, req.add_special_tokens.unwrap_or(true))?,
+        (None, Some(text), None) => encode("content", &text, req.add_special.unwrap_or(false))?,
+        (None, None, Some(messages)) => {
             if req.add_special_tokens == Some(true) {
                 return Err(ApiError::invalid_param(
                     "add_special_tokens",
@@ -73,11 +108,18 @@ pub async fn tokenize(
                 messages.into_iter().enumerate().map(|(i, m)| chat_message(i, m)).collect::<Result<Vec<_>, _>>()?;
             engine.tokenize_prompt(&Prompt::Chat(messages), &GenerationParams::default()).map_err(ApiError::from)?
         }
-        _ => return Err(ApiError::bad_request("send exactly one of `prompt` and `messages`")),
+        _ => return Err(ApiError::bad_request("send exactly one of `prompt`, `content` and `messages`")),
     };
+    let piece = |id: u32| engine.tokenizer().decode(&[id], false).unwrap_or_default();
     let token_strs = (req.return_token_strs == Some(true))
         .then(|| ids.iter().map(|&id| engine.tokenizer().id_to_token(id).unwrap_or_default()).collect());
-    Ok(Json(TokenizeResponse { count: ids.len(), max_model_len: engine.info().max_model_len, tokens: ids, token_strs }))
+    let count = ids.len();
+    let tokens = if req.with_pieces == Some(true) {
+        Tokens::Pieces(ids.into_iter().map(|id| Piece { id, piece: piece(id) }).collect())
+    } else {
+        Tokens::Ids(ids)
+    };
+    Ok(Json(TokenizeResponse { count, max_model_len: engine.info().max_model_len, tokens, token_strs }))
 }
 
 pub async fn detokenize(
@@ -90,5 +132,5 @@ pub async fn detokenize(
         return Err(ApiError::invalid_param("tokens", format!("token id {bad} is outside the vocabulary of {vocab}")));
     }
     let text = state.engine.tokenizer().decode(&req.tokens, false).map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok(Json(DetokenizeResponse { prompt: text }))
+    Ok(Json(DetokenizeResponse { content: text.clone(), prompt: text }))
 }

@@ -55,7 +55,17 @@ pub fn decode_json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError
     let text = std::str::from_utf8(bytes).map_err(|e| {
         ApiError::bad_request(format!("request body is not valid UTF-8: {e}")).with_code("invalid_utf8")
     })?;
-    // Unknown fields are ignored (clients send extras); known fields of the wrong type fail.
-    serde_json::from_str(text)
-        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")).with_code("invalid_json"))
+    // Known fields of the wrong type fail here, named by their path; unknown top-level
+    // fields are kept for each endpoint to refuse or accept (`INERT_FIELDS`).
+    let mut body = serde_json::Deserializer::from_str(text);
+    let invalid = |message: String| ApiError::bad_request(message).with_code("invalid_json");
+    let value = serde_path_to_error::deserialize(&mut body).map_err(|e| {
+        let at = match e.path().to_string() {
+            path if path == "." => String::new(),
+            path => format!(" at `{path}`"),
+        };
+        invalid(format!("invalid JSON body{at}: {}", e.inner()))
+    })?;
+    body.end().map_err(|e| invalid(format!("invalid JSON body: {e}")))?;
+    Ok(value)
 }

@@ -10,6 +10,7 @@ use super::protocol::{common_field_names, CommonParams, INERT_FIELDS};
 use super::structured::parse_structured;
 use crate::response::error::ApiError;
 use entrobatch::{Prompt, Request};
+use serde_json::Value;
 
 /// Sampling settings shared by both endpoints. `max_tokens` is `None` when the client left
 /// it out; the handler fills in its endpoint's default once the prompt length is known.
@@ -108,7 +109,7 @@ pub fn parse_common(
         params,
         max_tokens,
         stream: c.stream.unwrap_or(false),
-        include_usage: c.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
+        include_usage: include_usage(c.stream_options.take())?,
         return_token_ids: c.return_token_ids.unwrap_or(false),
     })
 }
@@ -152,6 +153,25 @@ pub fn parse_logprobs(param: &'static str, value: Option<i64>) -> Result<Option<
         None => Ok(None),
         Some(v) if v < 0 => Err(ApiError::invalid_param(param, format!("{param} must be >= 0, got {v}"))),
         Some(v) => Ok(Some(usize::try_from(v).unwrap_or(usize::MAX))),
+    }
+}
+
+/// `stream_options`: OpenAI's `include_usage` is its one key; anything else is refused.
+fn include_usage(options: Option<Value>) -> Result<bool, ApiError> {
+    let bad = |reason: String| ApiError::invalid_param("stream_options", reason);
+    let mut options = match options {
+        None | Some(Value::Null) => return Ok(false),
+        Some(Value::Object(options)) => options,
+        Some(_) => return Err(bad("stream_options must be an object".into())),
+    };
+    let include = match options.remove("include_usage") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => b,
+        Some(_) => return Err(bad("`stream_options.include_usage` must be a boolean".into())),
+    };
+    match options.keys().next() {
+        Some(key) => Err(bad(format!("unknown key `stream_options.{key}` (only `include_usage`)"))),
+        None => Ok(include),
     }
 }
 

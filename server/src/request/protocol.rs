@@ -26,12 +26,6 @@ impl StopField {
     }
 }
 
-#[derive(Debug, Default, Deserialize, Serialize)]
-#[serde(default)]
-pub struct StreamOptions {
-    pub include_usage: Option<bool>,
-}
-
 /// Parameters both endpoints share. `Serialize` lists their names (`common_field_names`).
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
@@ -56,7 +50,8 @@ pub struct CommonParams {
     /// vLLM extension: generate exactly `max_tokens` tokens.
     pub ignore_eos: Option<bool>,
     pub stream: Option<bool>,
-    pub stream_options: Option<StreamOptions>,
+    /// `{"include_usage": bool}`, read by `params::include_usage`.
+    pub stream_options: Option<Value>,
     /// entrobatch extension: `{"strategy": "plain" | "mti" | ..., ...parameters}`.
     pub decoding: Option<Value>,
     /// entrobatch extension: per-token entropy metrics in `token_metrics`.
@@ -80,6 +75,8 @@ pub struct StructuredFields {
     pub guided_regex: Option<String>,
     pub guided_choice: Option<Vec<String>>,
     pub guided_grammar: Option<String>,
+    /// llama-server: a JSON schema at the top level.
+    pub json_schema: Option<Value>,
 }
 
 /// The JSON names of `CommonParams`' fields (flattened ones included), read from its own

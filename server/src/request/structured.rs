@@ -1,6 +1,7 @@
 //! The request forms of structured outputs, all mapped to one engine `StructuredOutput`:
 //! OpenAI's `response_format`, vLLM's `structured_outputs` object and its older `guided_*`
-//! fields, so clients written for either work unchanged. At most one form per request.
+//! fields, llama-server's top-level `json_schema` and its schema inside a `json_object`
+//! format, so clients written for any of them work unchanged. At most one form per request.
 
 use serde_json::Value;
 
@@ -24,6 +25,9 @@ pub fn parse_structured(fields: &mut StructuredFields) -> Result<Option<Structur
     if let Some(schema) = fields.guided_json.take() {
         found.push(("guided_json", json_schema("guided_json", schema)?));
     }
+    if let Some(schema) = fields.json_schema.take() {
+        found.push(("json_schema", json_schema("json_schema", schema)?));
+    }
     if let Some(regex) = fields.guided_regex.take() {
         found.push(("guided_regex", StructuredOutput::Regex(regex)));
     }
@@ -46,23 +50,48 @@ pub fn parse_structured(fields: &mut StructuredFields) -> Result<Option<Structur
     }
 }
 
-/// OpenAI's `response_format`: `text`, `json_object`, or `json_schema`.
+/// OpenAI's `response_format`: `text`, `json_object`, or `json_schema`; and llama-server's
+/// `json_object` with a `schema` beside its `type`. Any other key is refused by its path.
 fn response_format(format: Value) -> Result<Option<StructuredOutput>, ApiError> {
     let bad = |reason: String| ApiError::invalid_param("response_format", reason);
     let Value::Object(mut obj) = format else {
         return Err(bad("response_format must be an object with a `type`".into()));
     };
     let kind = obj.remove("type");
-    match kind.as_ref().and_then(Value::as_str) {
-        Some("text") => Ok(None),
-        Some("json_object") => Ok(Some(StructuredOutput::JsonObject)),
-        Some("json_schema") => {
+    let kind = match kind.as_ref() {
+        Some(Value::String(kind)) => kind.as_str(),
+        _ => return Err(bad("response_format needs a string `type`".into())),
+    };
+    let allowed: &[&str] = match kind {
+        "text" => &[],
+        "json_object" => &["schema"],
+        "json_schema" => &["json_schema"],
+        other => {
+            return Err(bad(format!(
+                "response_format type `{other}` is not supported (text, json_object or json_schema)"
+            )))
+        }
+    };
+    if let Some(key) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+        let path = format!("response_format.{key}");
+        return Err(ApiError::invalid_param(
+            "response_format",
+            format!("unknown key `{path}` for type `{kind}` (allowed: {})", allowed_list(allowed)),
+        ));
+    }
+    match kind {
+        "text" => Ok(None),
+        "json_object" => match obj.remove("schema") {
+            Some(schema) => json_schema("response_format", schema).map(Some),
+            None => Ok(Some(StructuredOutput::JsonObject)),
+        },
+        _ => {
             let Some(Value::Object(mut spec)) = obj.remove("json_schema") else {
                 return Err(bad("`json_schema` must be an object with a `schema` (and `name`, `strict`)".into()));
             };
             for key in spec.keys() {
                 if !matches!(key.as_str(), "name" | "schema" | "strict" | "description") {
-                    return Err(bad(format!("unknown key `json_schema.{key}`")));
+                    return Err(bad(format!("unknown key `response_format.json_schema.{key}`")));
                 }
             }
             match spec.remove("schema") {
@@ -71,10 +100,14 @@ fn response_format(format: Value) -> Result<Option<StructuredOutput>, ApiError> 
                 None => Ok(Some(StructuredOutput::JsonObject)),
             }
         }
-        Some(other) => {
-            Err(bad(format!("response_format type `{other}` is not supported (text, json_object or json_schema)")))
-        }
-        None => Err(bad("response_format needs a string `type`".into())),
+    }
+}
+
+fn allowed_list(keys: &[&str]) -> String {
+    if keys.is_empty() {
+        "only `type`".into()
+    } else {
+        keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
     }
 }
 

@@ -21,6 +21,10 @@ pub struct ChatMessage {
     /// A `tool` turn: the function's name (some templates print it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Any other key the client's message had (`reasoning_content`, a template's own field):
+    /// passed to the template as given, as vLLM does, so a template that reads it can.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ChatMessage {
@@ -40,8 +44,7 @@ impl ChatMessage {
             role: "tool".into(),
             content: content.into(),
             tool_call_id: Some(tool_call_id.into()),
-            name: None,
-            tool_calls: None,
+            ..Self::default()
         }
     }
 }

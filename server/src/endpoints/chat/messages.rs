@@ -26,7 +26,15 @@ pub fn chat_message(index: usize, m: MessageIn) -> Result<ChatMessage, ApiError>
         Some(ContentField::Text(t)) => t,
         Some(ContentField::Parts(parts)) => {
             let mut text = String::new();
-            for part in parts {
+            for (j, part) in parts.into_iter().enumerate() {
+                if part.kind == "text" {
+                    if let Some(key) = part.other.keys().next() {
+                        return Err(ApiError::invalid_param(
+                            at(&format!(".content[{j}].{key}")),
+                            format!("unknown key `{key}` in a text part (it has `type` and `text`)"),
+                        ));
+                    }
+                }
                 match (part.kind.as_str(), part.text) {
                     ("text", Some(t)) => text.push_str(&t),
                     (kind, _) => {
@@ -42,6 +50,7 @@ pub fn chat_message(index: usize, m: MessageIn) -> Result<ChatMessage, ApiError>
     };
     let role = if m.role == "developer" { "system".to_string() } else { m.role };
     let mut message = ChatMessage::new(role, content);
+    message.extra = m.extra;
     if let Some(calls) = m.tool_calls.filter(|c| !c.is_empty()) {
         if message.role != "assistant" {
             return Err(ApiError::invalid_param(at(".tool_calls"), "only assistant messages carry tool_calls"));

@@ -21,6 +21,9 @@ pub struct ContentPart {
     pub kind: String,
     #[serde(default)]
     pub text: Option<String>,
+    /// Any other key: a text part has none, so each is refused by its path.
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -36,6 +39,9 @@ pub struct MessageIn {
     pub tool_call_id: Option<String>,
     #[serde(default)]
     pub name: Option<String>,
+    /// Every other key, handed to the chat template with the message (vLLM's behaviour).
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, Value>,
 }
 
 #[derive(Debug, Deserialize)]

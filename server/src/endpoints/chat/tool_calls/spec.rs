@@ -50,6 +50,12 @@ pub enum ToolSpecError {
         index: usize,
         reason: &'static str,
     },
+    /// A key OpenAI's tool object does not have: refused rather than ignored. `path` is
+    /// below the entry, e.g. `.function.strictness`.
+    UnknownKey {
+        index: usize,
+        path: String,
+    },
 }
 
 impl ToolSpecError {
@@ -64,6 +70,7 @@ impl ToolSpecError {
             MissingName { index } | BadName { index, .. } | DuplicateName { index, .. } => (index, ".function.name"),
             BadDescription { index } => (index, ".function.description"),
             BadParameters { index, .. } => (index, ".function.parameters"),
+            UnknownKey { index, path } => return format!("tools[{index}]{path}"),
         };
         format!("tools[{index}]{leaf}")
     }
@@ -85,6 +92,7 @@ impl fmt::Display for ToolSpecError {
             DuplicateName { name, .. } => write!(f, "{name:?} is declared twice"),
             BadDescription { .. } => f.write_str("must be a string"),
             BadParameters { reason, .. } => f.write_str(reason),
+            UnknownKey { .. } => f.write_str("unknown key (a tool has `type` and `function`; a function `name`, `description`, `parameters` and `strict`)"),
         }
     }
 }
@@ -108,9 +116,12 @@ impl ToolSpec {
     }
 
     /// Entry `index` of `tools`: `{"type": "function", "function": {"name", "description"?,
-    /// "parameters"?}}`. Other keys (`strict`) are accepted and ignored.
+    /// "parameters"?, "strict"?}}`; any other key is refused.
     pub fn parse(index: usize, tool: &Value) -> Result<ToolSpec, ToolSpecError> {
         let tool = tool.as_object().ok_or(ToolSpecError::NotAnObject { index })?;
+        if let Some(key) = tool.keys().find(|k| !matches!(k.as_str(), "type" | "function")) {
+            return Err(ToolSpecError::UnknownKey { index, path: format!(".{key}") });
+        }
         match tool.get("type") {
             Some(Value::String(t)) if t == "function" => {}
             other => {
@@ -120,6 +131,10 @@ impl ToolSpec {
         }
         let function =
             tool.get("function").and_then(Value::as_object).ok_or(ToolSpecError::MissingFunction { index })?;
+        let known = |k: &String| matches!(k.as_str(), "name" | "description" | "parameters" | "strict");
+        if let Some(key) = function.keys().find(|k| !known(k)) {
+            return Err(ToolSpecError::UnknownKey { index, path: format!(".function.{key}") });
+        }
         let name = function.get("name").and_then(Value::as_str).ok_or(ToolSpecError::MissingName { index })?;
         let valid = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
         if name.is_empty() || name.len() > 64 || !name.chars().all(valid) {
