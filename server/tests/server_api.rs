@@ -333,7 +333,7 @@ fn unknown_keys_inside_typed_parts_are_refused_by_their_path() {
             "stream_options",
             "/v1/completions",
             json!({ "prompt": "x", "stream": true, "stream_options": { "include_usage": true, "bogus": 1 } }),
-            "stream_options",
+            "stream_options.bogus",
         ),
         ("a tool", "/v1/chat/completions", json!({ "messages": user, "tools": tool(json!({})) }), "tools[0].bogus"),
         (
@@ -341,6 +341,19 @@ fn unknown_keys_inside_typed_parts_are_refused_by_their_path() {
             "/v1/chat/completions",
             json!({ "messages": user, "tools": tool(json!({ "in_function": true })) }),
             "tools[0].function.bogus",
+        ),
+        ("llama-server's slot", "/v1/completions", json!({ "prompt": "x", "id_slot": 0 }), "no slots"),
+        (
+            "llama-server's prompt cache",
+            "/v1/chat/completions",
+            json!({ "messages": user, "cache_prompt": true }),
+            "always cached",
+        ),
+        (
+            "llama-server's GBNF",
+            "/v1/completions",
+            json!({ "prompt": "x", "grammar": "root ::= \"a\"" }),
+            "structured_outputs.grammar",
         ),
         (
             "a text part",

@@ -6,7 +6,7 @@ use entrobatch::strategy::WEDLM_DEFAULT_TEMPERATURE;
 use entrobatch::{Decoding, GenerationParams, SamplingParams};
 
 use super::defaults::GenerationDefaults;
-use super::protocol::{common_field_names, CommonParams, INERT_FIELDS};
+use super::protocol::{common_field_names, CommonParams, INERT_FIELDS, LLAMA_SERVER_FIELDS};
 use super::structured::parse_structured;
 use crate::response::error::ApiError;
 use entrobatch::{Prompt, Request};
@@ -132,19 +132,22 @@ pub fn engine_request(
     }
 }
 
-/// Refuses the fields no endpoint field claimed, except those that cannot change the output.
+/// Refuses the fields no endpoint field claimed, except those that cannot change the output;
+/// llama-server's own fields are told what to send instead.
 pub fn refuse_unknown(unknown: &serde_json::Map<String, serde_json::Value>) -> Result<(), ApiError> {
     let common = common_field_names();
-    match unknown.keys().find(|k| !INERT_FIELDS.contains(&k.as_str()) && !common.contains(k)) {
-        None => Ok(()),
-        Some(key) => Err(ApiError::invalid_param(
-            key.as_str(),
+    let Some(key) = unknown.keys().find(|k| !INERT_FIELDS.contains(&k.as_str()) && !common.contains(k)) else {
+        return Ok(());
+    };
+    let message = match LLAMA_SERVER_FIELDS.iter().find(|(name, _)| name == key) {
+        Some((_, instead)) => format!("unsupported field `{key}` (llama-server's): {instead}"),
+        None => {
             format!(
                 "unsupported field `{key}`: this server does not implement it, and ignoring it could change the output"
-            ),
-        )
-        .with_code("unsupported_field")),
-    }
+            )
+        }
+    };
+    Err(ApiError::invalid_param(key.as_str(), message).with_code("unsupported_field"))
 }
 
 /// A non-negative logprobs count (bounds are checked by the sampler).

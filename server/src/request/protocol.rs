@@ -92,3 +92,14 @@ pub fn common_field_names() -> &'static [String] {
 /// Top-level fields accepted although they do not change the output (OpenAI bookkeeping).
 pub const INERT_FIELDS: [&str; 6] =
     ["user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"];
+
+/// llama-server's own fields, which only make sense inside llama.cpp or have another name
+/// here: refused like any unknown field, with what to send instead.
+pub const LLAMA_SERVER_FIELDS: [(&str, &str); 6] = [
+    ("id_slot", "there are no slots to pick: every request joins one continuous batch; drop the field"),
+    ("cache_prompt", "prompt prefixes are always cached and reused across requests; drop the field"),
+    ("n_keep", "a prompt longer than the context is refused, never shifted or truncated; drop the field"),
+    ("n_predict", "send `max_tokens`"),
+    ("n_probs", "send `logprobs` (completions) or `logprobs` with `top_logprobs` (chat)"),
+    ("grammar", "GBNF is not read; send the grammar in llguidance's Lark dialect as `structured_outputs.grammar`"),
+];
