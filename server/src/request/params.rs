@@ -6,7 +6,7 @@ use entrobatch::strategy::WEDLM_DEFAULT_TEMPERATURE;
 use entrobatch::{Decoding, GenerationParams, SamplingParams};
 
 use super::defaults::GenerationDefaults;
-use super::protocol::{common_field_names, CommonParams, INERT_FIELDS, LLAMA_SERVER_FIELDS};
+use super::protocol::{common_field_names, unknown_key, CommonParams, INERT_FIELDS, LLAMA_SERVER_FIELDS};
 use super::structured::parse_structured;
 use crate::response::error::ApiError;
 use entrobatch::{Prompt, Request};
@@ -162,19 +162,18 @@ pub fn parse_logprobs(param: &'static str, value: Option<i64>) -> Result<Option<
 /// `stream_options`: OpenAI's `include_usage` is its one key; anything else is refused.
 fn include_usage(options: Option<Value>) -> Result<bool, ApiError> {
     let bad = |reason: String| ApiError::invalid_param("stream_options", reason);
-    let mut options = match options {
+    let options = match options {
         None | Some(Value::Null) => return Ok(false),
         Some(Value::Object(options)) => options,
         Some(_) => return Err(bad("stream_options must be an object".into())),
     };
-    let include = match options.remove("include_usage") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => b,
-        Some(_) => return Err(bad("`stream_options.include_usage` must be a boolean".into())),
-    };
-    match options.keys().next() {
-        Some(key) => Err(bad(format!("unknown key `stream_options.{key}` (only `include_usage`)"))),
-        None => Ok(include),
+    if let Some(key) = unknown_key(&options, &["include_usage"]) {
+        return Err(bad(format!("unknown key `stream_options.{key}` (only `include_usage`)")));
+    }
+    match options.get("include_usage") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(bad("`stream_options.include_usage` must be a boolean".into())),
     }
 }
 

@@ -103,3 +103,9 @@ pub const LLAMA_SERVER_FIELDS: [(&str, &str); 6] = [
     ("n_probs", "send `logprobs` (completions) or `logprobs` with `top_logprobs` (chat)"),
     ("grammar", "GBNF is not read; send the grammar in llguidance's Lark dialect as `structured_outputs.grammar`"),
 ];
+
+/// The first key of `object` not in `known`: the one check behind every "unknown key" 400
+/// inside a request's typed parts.
+pub fn unknown_key<'a>(object: &'a serde_json::Map<String, Value>, known: &[&str]) -> Option<&'a str> {
+    object.keys().map(String::as_str).find(|k| !known.contains(k))
+}

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::protocol::StructuredFields;
+use super::protocol::{unknown_key, StructuredFields};
 use crate::response::error::ApiError;
 use entrobatch::structured::StructuredOutput;
 
@@ -72,7 +72,7 @@ fn response_format(format: Value) -> Result<Option<StructuredOutput>, ApiError> 
             )))
         }
     };
-    if let Some(key) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+    if let Some(key) = unknown_key(&obj, allowed) {
         let path = format!("response_format.{key}");
         return Err(ApiError::invalid_param(
             "response_format",
@@ -89,10 +89,8 @@ fn response_format(format: Value) -> Result<Option<StructuredOutput>, ApiError> 
             let Some(Value::Object(mut spec)) = obj.remove("json_schema") else {
                 return Err(bad("`json_schema` must be an object with a `schema` (and `name`, `strict`)".into()));
             };
-            for key in spec.keys() {
-                if !matches!(key.as_str(), "name" | "schema" | "strict" | "description") {
-                    return Err(bad(format!("unknown key `response_format.json_schema.{key}`")));
-                }
+            if let Some(key) = unknown_key(&spec, &["name", "schema", "strict", "description"]) {
+                return Err(bad(format!("unknown key `response_format.json_schema.{key}`")));
             }
             match spec.remove("schema") {
                 Some(schema) => json_schema("response_format", schema).map(Some),

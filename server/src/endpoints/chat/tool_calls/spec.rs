@@ -5,6 +5,8 @@ use std::fmt;
 
 use serde_json::{json, Value};
 
+use crate::request::protocol::unknown_key;
+
 /// One declared function tool.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolSpec {
@@ -119,7 +121,7 @@ impl ToolSpec {
     /// "parameters"?, "strict"?}}`; any other key is refused.
     pub fn parse(index: usize, tool: &Value) -> Result<ToolSpec, ToolSpecError> {
         let tool = tool.as_object().ok_or(ToolSpecError::NotAnObject { index })?;
-        if let Some(key) = tool.keys().find(|k| !matches!(k.as_str(), "type" | "function")) {
+        if let Some(key) = unknown_key(tool, &["type", "function"]) {
             return Err(ToolSpecError::UnknownKey { index, path: format!(".{key}") });
         }
         match tool.get("type") {
@@ -131,8 +133,7 @@ impl ToolSpec {
         }
         let function =
             tool.get("function").and_then(Value::as_object).ok_or(ToolSpecError::MissingFunction { index })?;
-        let known = |k: &String| matches!(k.as_str(), "name" | "description" | "parameters" | "strict");
-        if let Some(key) = function.keys().find(|k| !known(k)) {
+        if let Some(key) = unknown_key(function, &["name", "description", "parameters", "strict"]) {
             return Err(ToolSpecError::UnknownKey { index, path: format!(".function.{key}") });
         }
         let name = function.get("name").and_then(Value::as_str).ok_or(ToolSpecError::MissingName { index })?;
