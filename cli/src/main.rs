@@ -16,7 +16,7 @@ enum Command {
     Bench(commands::bench::BenchCommand),
     /// Generate text for one or more prompts, batched together.
     Run(commands::run::RunArgs),
-    /// Serve an OpenAI-compatible HTTP API (completions, chat, metrics).
+    /// Serve an OpenAI-compatible HTTP API (completions, chat, metrics), and Anthropic's Messages API and Ollama's API over the same engine.
     Serve(commands::serve::ServeArgs),
     /// Load-test a running server on this machine (loopback only) with streamed requests.
     Loadtest(commands::loadtest::LoadTestArgs),

@@ -93,6 +93,10 @@ pub enum Event {
         /// The decoding strategy's per-request statistics (MTI trigger rate, entropix branch
         /// counts, WeDLM tokens per forward); `None` for plain decoding.
         strategy_stats: Option<serde_json::Value>,
+        /// The stop string (`GenerationParams::stop`) that ended the output; `None` when it
+        /// ended any other way (EOS, a stop token id, the length limit).
+        #[serde(default)]
+        stop_string: Option<String>,
     },
 }
 

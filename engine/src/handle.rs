@@ -39,6 +39,9 @@ pub struct GenerationOutput {
     pub strategy_stats: Option<serde_json::Value>,
     /// Prompt positions 1.. (`GenerationParams::prompt_logprobs`); empty unless asked.
     pub prompt_logprobs: Vec<PromptLogprob>,
+    /// The stop string that ended the output, from `Event::Finished`.
+    #[serde(default)]
+    pub stop_string: Option<String>,
 }
 
 impl RequestHandle {
@@ -105,6 +108,7 @@ impl RequestHandle {
             error: Some("the engine stopped before the request finished".into()),
             strategy_stats: None,
             prompt_logprobs: Vec::new(),
+            stop_string: None,
         }
     }
 
@@ -126,8 +130,9 @@ impl GenerationOutput {
                 self.tokens.extend(tokens);
                 self.text.push_str(&text);
             }
-            Event::Finished { reason, error, strategy_stats, cached_tokens, .. } => {
+            Event::Finished { reason, error, strategy_stats, cached_tokens, stop_string, .. } => {
                 self.finish_reason = reason;
+                self.stop_string = stop_string;
                 self.cached_tokens = cached_tokens;
                 self.error = error;
                 self.strategy_stats = strategy_stats;

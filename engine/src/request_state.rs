@@ -29,6 +29,8 @@ pub struct RequestState {
     sender: UnboundedSender<Event>,
     detokenizer: Detokenizer,
     stop_checker: StopChecker,
+    /// The stop string that ended the output, once one has.
+    matched_stop: Option<String>,
     eos_token_ids: Vec<u32>,
     /// The request's slot under the in-flight bound, freed by `finish`.
     in_flight: InFlightPermit,
@@ -71,6 +73,7 @@ impl RequestState {
             sender,
             detokenizer: Detokenizer::new(),
             stop_checker,
+            matched_stop: None,
             eos_token_ids,
             in_flight,
         }
@@ -96,7 +99,10 @@ impl RequestState {
         let delta = if is_eos || is_stop_id { String::new() } else { self.detokenizer.push(tokenizer, id) };
         let (text, stopped_by_string) = match self.stop_checker.push(&delta) {
             StopOutcome::Continue(text) => (text, false),
-            StopOutcome::Stopped(text) => (text, true),
+            StopOutcome::Stopped { text, stop } => {
+                self.matched_stop = Some(stop);
+                (text, true)
+            }
         };
         let mut finish = if is_eos || is_stop_id || stopped_by_string || grammar_complete {
             Some(FinishReason::Stop)
@@ -131,7 +137,7 @@ impl RequestState {
     /// request that never reached it), freeing the request's in-flight slot first: whoever
     /// sees the event may read `Engine::in_flight` and must find the request gone.
     pub fn finish(self, reason: FinishReason, error: Option<String>, counts: SequenceCounts) {
-        let Self { in_flight, sender, strategy, num_prompt_tokens, .. } = self;
+        let Self { in_flight, sender, strategy, num_prompt_tokens, matched_stop, .. } = self;
         drop(in_flight);
         let _ = sender.send(Event::Finished {
             reason,
@@ -140,6 +146,7 @@ impl RequestState {
             completion_tokens: counts.completion_tokens,
             error,
             strategy_stats: strategy.summary(),
+            stop_string: matched_stop,
         });
     }
 }

@@ -10,8 +10,9 @@ pub struct StopChecker {
 pub enum StopOutcome {
     /// Text that is safe to emit now.
     Continue(String),
-    /// A stop string matched: emit this last piece (text before the stop) and finish.
-    Stopped(String),
+    /// A stop string matched: emit `text` (what came before it) and finish; `stop` is the
+    /// stop string that matched.
+    Stopped { text: String, stop: String },
 }
 
 impl StopChecker {
@@ -23,11 +24,11 @@ impl StopChecker {
     pub fn push(&mut self, delta: &str) -> StopOutcome {
         let search_from = self.text.len().saturating_sub(self.max_stop_len());
         self.text.push_str(delta);
-        if let Some(pos) = self.first_match(search_from) {
+        if let Some((pos, stop)) = self.first_match(search_from) {
             let piece = self.text.get(self.sent..pos).unwrap_or_default().to_string();
             self.text.truncate(pos);
             self.sent = pos;
-            return StopOutcome::Stopped(piece);
+            return StopOutcome::Stopped { text: piece, stop };
         }
         let mut safe_end = self.text.len() - self.held_back_len();
         while !self.text.is_char_boundary(safe_end) {
@@ -53,12 +54,18 @@ impl StopChecker {
         self.stops.iter().map(String::len).max().unwrap_or(0)
     }
 
-    fn first_match(&self, from: usize) -> Option<usize> {
+    /// The earliest match at or after `from` and its stop string (the longest, when several
+    /// start there).
+    fn first_match(&self, from: usize) -> Option<(usize, String)> {
         let mut from = from;
         while !self.text.is_char_boundary(from) {
             from -= 1;
         }
-        self.stops.iter().filter_map(|s| self.text[from..].find(s.as_str()).map(|p| p + from)).min()
+        self.stops
+            .iter()
+            .filter_map(|s| self.text[from..].find(s.as_str()).map(|p| (p + from, s)))
+            .min_by_key(|(p, s)| (*p, std::cmp::Reverse(s.len())))
+            .map(|(p, s)| (p, s.clone()))
     }
 
     /// Longest suffix of the text that is a proper prefix of some stop string.
@@ -84,8 +91,8 @@ mod tests {
         for d in deltas {
             match checker.push(d) {
                 StopOutcome::Continue(p) => out.push_str(&p),
-                StopOutcome::Stopped(p) => {
-                    out.push_str(&p);
+                StopOutcome::Stopped { text, .. } => {
+                    out.push_str(&text);
                     return (out, true);
                 }
             }
@@ -106,6 +113,14 @@ mod tests {
         let (out, stopped) = run(&["END"], &["x E", "Nx", " y"]);
         assert!(!stopped);
         assert_eq!(out, "x ENx y");
+    }
+
+    #[test]
+    fn the_matched_stop_string_is_reported() {
+        let mut checker = StopChecker::new(vec!["world".into(), "lo w".into(), "lo".into()]);
+        // "lo" and "lo w" both start at 3: the longer one is the match reported.
+        let StopOutcome::Stopped { text, stop } = checker.push("hello world") else { panic!("no stop") };
+        assert_eq!((text.as_str(), stop.as_str()), ("hel", "lo w"));
     }
 
     #[test]

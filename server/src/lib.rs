@@ -4,7 +4,9 @@
 //! that hangs up aborts its request.
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `GET /v1/models`,
-//! `GET /v1/models/{id}`, `POST /tokenize`, `POST /detokenize` (vLLM's shapes),
+//! `GET /v1/models/{id}`, Anthropic's `POST /v1/messages` and `/v1/messages/count_tokens`,
+//! Ollama's `/api/chat`, `/api/generate`, `/api/tags`, `/api/ps`, `/api/show`,
+//! `/api/version`, `POST /tokenize`, `POST /detokenize` (vLLM's shapes),
 //! `GET /health`, `GET /metrics` (Prometheus text), and the playground page: `GET /`,
 //! `GET /playground/info`.
 //!
@@ -31,7 +33,7 @@ use axum::Router;
 use entrobatch::{Engine, ShutdownMode};
 use tokio::net::TcpListener;
 
-use endpoints::{chat, completions, metrics, models, playground, probes, tokenize};
+use endpoints::{anthropic, chat, completions, metrics, models, ollama, playground, probes, tokenize};
 use middleware::{http_metrics, request_id};
 
 pub use request::defaults::{GenerationConfig, GenerationDefaults};
@@ -67,8 +69,16 @@ pub fn router(state: AppState, config: &ServerConfig) -> Router {
     Router::new()
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/models", get(models::models))
         .route("/v1/models/{id}", get(models::model))
+        .route("/api/chat", post(ollama::chat))
+        .route("/api/generate", post(ollama::generate))
+        .route("/api/tags", get(ollama::tags))
+        .route("/api/ps", get(ollama::ps))
+        .route("/api/show", post(ollama::show))
+        .route("/api/version", get(ollama::version))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
         .route("/health", get(probes::health))

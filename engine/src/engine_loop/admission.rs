@@ -146,5 +146,6 @@ pub(super) fn refuse(req: PendingRequest, why: &str) {
         completion_tokens: 0,
         error: Some(why.into()),
         strategy_stats: None,
+        stop_string: None,
     });
 }

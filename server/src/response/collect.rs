@@ -27,3 +27,14 @@ pub async fn collect_choices<F>(
     }
     Ok((outputs, usage))
 }
+
+/// A request that failed, or ended without finishing, as the error the client gets.
+pub fn check_output(output: &GenerationOutput) -> Result<(), ApiError> {
+    match (output.finish_reason, &output.error) {
+        (FinishReason::Error, error) => {
+            Err(ApiError::internal(error.clone().unwrap_or_else(|| "generation failed".into())))
+        }
+        (FinishReason::Abort, Some(error)) => Err(ApiError::unavailable(error.clone())),
+        _ => Ok(()),
+    }
+}

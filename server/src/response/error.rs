@@ -56,6 +56,15 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found_error", message)
     }
 
+    /// The message naming the offending field, for error bodies without a `param` of their
+    /// own (Anthropic's, Ollama's).
+    pub fn message_with_param(&self) -> String {
+        match &self.param {
+            Some(param) if !self.message.contains(param.as_str()) => format!("{param}: {}", self.message),
+            _ => self.message.clone(),
+        }
+    }
+
     /// The JSON body, also sent as an SSE `data:` line when a stream fails midway.
     pub fn body(&self) -> ErrorBody {
         ErrorBody {

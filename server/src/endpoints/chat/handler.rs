@@ -117,6 +117,18 @@ pub(crate) struct ParsedChat {
 }
 
 impl ParsedChat {
+    /// Thinking asked for by name (`param`) on a model whose template cannot think is a 400,
+    /// not a silent answer without it. OpenAI's route has no such field: there
+    /// `enable_thinking` is a template variable a template may ignore.
+    pub fn check_thinking(&self, state: &AppState, param: &str) -> Result<(), ApiError> {
+        if self.parsed.params.enable_thinking == Some(true) && !state.thinking_template {
+            let message =
+                format!("`{}` does not support thinking: its chat template has no thinking switch", state.model_id);
+            return Err(ApiError::invalid_param(param, message));
+        }
+        Ok(())
+    }
+
     /// The engine request; the server submits `n` copies of it, copy `i` of a seeded request
     /// drawing from `seed + i`.
     pub fn request(&self) -> Request {
@@ -179,7 +191,7 @@ pub(crate) fn parse_chat(mut req: ChatRequest, defaults: &GenerationDefaults) ->
 
 /// Templates that put `<think>` at the end of the generation prompt start the output inside
 /// the think block.
-fn prompt_opens_think(state: &AppState, prompt: &[u32]) -> bool {
+pub(super) fn prompt_opens_think(state: &AppState, prompt: &[u32]) -> bool {
     let tail = &prompt[prompt.len().saturating_sub(4)..];
     let text = state.engine.tokenizer().decode(tail, false).unwrap_or_default();
     text.trim_end().ends_with("<think>")
