@@ -47,7 +47,7 @@ pub fn validate_body(state: &AppState, endpoint: Endpoint, body: &[u8]) -> Resul
         Endpoint::ChatCompletions => {
             let req: ChatRequest = decode_json_body(body)?;
             state.check_model(req.common.model.as_deref())?;
-            let chat = parse_chat(req, &state.generation_defaults)?;
+            let chat = parse_chat(req, state)?;
             (chat.request(), chat.parsed.stream)
         }
     };

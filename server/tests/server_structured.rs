@@ -118,19 +118,67 @@ fn a_tool_round_trip_on_qwen_coder() {
     assert!(seen["round_trip_stream"].as_str().is_some_and(|c| !c.trim().is_empty()), "{seen}");
 }
 
-/// A model whose chat template cannot render tools answers 400 naming `tools`, never a
-/// silent answer.
+/// A model whose chat template cannot render tools (SmolLM2's) gets them in the generic
+/// format: described in a system message, a required call constrained to a valid one, earlier
+/// tool turns rendered as text, and `response_format` beside them refused.
 #[test]
-fn tools_on_smollm2_are_refused_with_the_reason() {
+fn tools_on_smollm2_use_the_generic_format() {
     let server = TestServer::start(engine_config(smollm2_path()));
-    let body = json!({
-        "messages": [{"role": "user", "content": "weather?"}],
-        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
+    assert!(!server.engine.supports_tools());
+    let parameters = json!({
+        "type": "object",
+        "properties": {"city": {"type": "string", "enum": ["Paris", "London", "Tokyo"]}},
+        "required": ["city"],
+        "additionalProperties": false,
     });
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": parameters}}]);
+    let question = json!([{"role": "user", "content": "What is the weather in Paris right now?"}]);
+    let plain = server.post_json("/v1/chat/completions", &json!({"messages": question, "max_tokens": 1}));
+    let body =
+        json!({"messages": question, "tools": tools, "tool_choice": "required", "max_tokens": 60, "temperature": 0});
     let r = server.post_json("/v1/chat/completions", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let reply = r.json();
+    let described = reply["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
+    assert!(
+        described > plain.json()["usage"]["prompt_tokens"].as_u64().unwrap_or(0) + 30,
+        "the tools are in the prompt: {reply}"
+    );
+    let choice = &reply["choices"][0];
+    assert_eq!(choice["finish_reason"], json!("tool_calls"), "{choice}");
+    let call = &choice["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], json!("get_weather"), "{choice}");
+    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().expect("arguments")).expect("JSON");
+    assert_valid(&parameters, &args);
+
+    // Under `auto` an answer that opens like JSON must be a valid call; prose is free.
+    let auto = server.post_json(
+        "/v1/chat/completions",
+        &json!({"messages": question, "tools": tools, "max_tokens": 40, "temperature": 0}),
+    );
+    assert_eq!(auto.status, 200, "{}", auto.text());
+    let message = &auto.json()["choices"][0]["message"];
+    let content = message["content"].as_str().unwrap_or("");
+    assert!(message["tool_calls"].is_array() || !content.trim_start().starts_with(['{', '[']), "{message}");
+
+    // The round trip: the call and its result render as text the template can show.
+    let history = json!([
+        {"role": "user", "content": "What is the weather in Paris right now?"},
+        {"role": "assistant", "content": null, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": "{\"temperature_c\": 18}"},
+    ]);
+    let r = server.post_json(
+        "/v1/chat/completions",
+        &json!({"messages": history, "tools": tools, "tool_choice": "none", "max_tokens": 20, "temperature": 0}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["usage"]["prompt_tokens"].as_u64().unwrap_or(0) > described, "{}", r.text());
+    assert!(r.json()["choices"][0]["message"].get("tool_calls").is_none(), "tool_choice none: no calls");
+
+    let both = json!({"messages": question, "tools": tools, "response_format": {"type": "json_object"}});
+    let r = server.post_json("/v1/chat/completions", &both);
     assert_eq!(r.status, 400, "{}", r.text());
-    assert_eq!(r.json()["error"]["param"], json!("tools"));
-    assert!(r.json()["error"]["message"].as_str().unwrap_or("").contains("template"), "{}", r.text());
+    assert_eq!(r.json()["error"]["param"], json!("tool_choice"), "{}", r.text());
 }
 
 /// OpenAI contract details through the client's own types: `usage.prompt_tokens_details.

@@ -24,7 +24,7 @@ pub async fn messages(
 ) -> Result<Response, AnthropicError> {
     let ApiJson(req) = body?;
     state.check_model(Some(&req.model))?;
-    let chat = parse_chat(chat_request(req, true)?, &state.generation_defaults)?;
+    let chat = parse_chat(chat_request(req, true)?, &state)?;
     chat.check_thinking(&state, "thinking")?;
     let handle = state.submit(chat.request()).await?;
     let parser = ReplyParser::new(&state, &chat, &handle);
@@ -57,7 +57,7 @@ pub async fn count_tokens(
 ) -> Result<Json<TokenCount>, AnthropicError> {
     let ApiJson(req) = body?;
     state.check_model(Some(&req.model))?;
-    let chat = parse_chat(chat_request(req, false)?, &state.generation_defaults)?;
+    let chat = parse_chat(chat_request(req, false)?, &state)?;
     let engine = state.engine.clone();
     let count = tokio::task::spawn_blocking(move || {
         engine.tokenize_prompt(&Prompt::Chat(chat.messages), &chat.parsed.params).map(|ids| ids.len())

@@ -13,7 +13,6 @@ use super::protocol::ChatRequest;
 use super::reasoning::ReasoningSplitter;
 use super::response::{ChatChoice, ChatCompletion, ResponseMessage};
 use super::tools::{parse_tools, tool_calls, ToolUse};
-use crate::request::defaults::GenerationDefaults;
 use crate::request::extract::ApiJson;
 use crate::request::params::{engine_request, parse_common, parse_logprobs, refuse_unknown, ParsedParams};
 use crate::response::collect::collect_choices;
@@ -27,7 +26,7 @@ pub async fn chat_completions(
     ApiJson(req): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(req.common.model.as_deref())?;
-    let chat = parse_chat(req, &state.generation_defaults)?;
+    let chat = parse_chat(req, &state)?;
     let ParsedChat { parsed, logprobs, tools, echo, .. } = &chat;
     let n = parsed.n;
     let handles = state.submit_copies(vec![chat.request()], chat.parsed.n).await?;
@@ -138,7 +137,7 @@ impl ParsedChat {
 
 /// Everything a chat body must pass before it reaches the engine: the messages, the parsed
 /// parameters (with `enable_thinking`, tools and any structured output) and the logprobs count.
-pub(crate) fn parse_chat(mut req: ChatRequest, defaults: &GenerationDefaults) -> Result<ParsedChat, ApiError> {
+pub(crate) fn parse_chat(mut req: ChatRequest, state: &AppState) -> Result<ParsedChat, ApiError> {
     refuse_unknown(&req.unknown)?;
     let top = parse_logprobs("top_logprobs", req.top_logprobs)?;
     let logprobs = match (req.logprobs.unwrap_or(false), top) {
@@ -148,7 +147,7 @@ pub(crate) fn parse_chat(mut req: ChatRequest, defaults: &GenerationDefaults) ->
         }
         (false, None) => None,
     };
-    let mut parsed = parse_common(&mut req.common, logprobs, defaults)?;
+    let mut parsed = parse_common(&mut req.common, logprobs, &state.generation_defaults)?;
     let mut kwargs = req.chat_template_kwargs.unwrap_or_default();
     // `enable_thinking` also decides whether the reply is split into `reasoning_content`, so it
     // travels in its own field; the kwarg wins over the top-level convenience field.
@@ -164,7 +163,8 @@ pub(crate) fn parse_chat(mut req: ChatRequest, defaults: &GenerationDefaults) ->
     };
     parsed.params.enable_thinking = kwarg_thinking.or(req.enable_thinking);
     parsed.params.chat_template_kwargs = kwargs;
-    let tools = parse_tools(req.tools, req.tool_choice, req.parallel_tool_calls, &mut parsed.params)?;
+    let renders_tools = state.engine.supports_tools();
+    let tools = parse_tools(req.tools, req.tool_choice, req.parallel_tool_calls, &mut parsed.params, renders_tools)?;
     let continue_final = req.continue_final_message.unwrap_or(false);
     if continue_final && req.add_generation_prompt == Some(true) {
         return Err(ApiError::invalid_param(
@@ -180,13 +180,17 @@ pub(crate) fn parse_chat(mut req: ChatRequest, defaults: &GenerationDefaults) ->
         return Err(ApiError::invalid_param("messages", "messages must not be empty"));
     }
     check_tool_order(&messages)?;
+    let messages = match &tools.generic {
+        Some(generic) => generic.rewrite(messages),
+        None => messages,
+    };
     // vLLM echoes the last message when its role is the one the reply takes, and a reply
     // here is always the assistant's.
     let echo = messages
         .last()
         .filter(|m| req.echo == Some(true) && m.role == "assistant" && !m.content.is_empty())
         .map(|m| m.content.clone());
-    Ok(ParsedChat { messages, parsed, logprobs, tools, echo })
+    Ok(ParsedChat { messages, parsed, logprobs, tools: tools.parser, echo })
 }
 
 /// Templates that put `<think>` at the end of the generation prompt start the output inside

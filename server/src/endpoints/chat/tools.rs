@@ -9,11 +9,12 @@ use serde_json::Value;
 
 use super::response::{Delta, FunctionCall, FunctionDelta, ToolCall, ToolCallDelta};
 use super::tool_calls::{
-    call_schema, new_call_id, HermesFormat, Parsed, ToolCallFormat, ToolCallStream, ToolChoice, ToolDelta, ToolSpec,
+    call_schema, generic_auto_grammar, generic_rewrite, new_call_id, HermesFormat, JsonFormat, Parsed, ToolCallFormat,
+    ToolCallStream, ToolChoice, ToolDelta, ToolSpec,
 };
 use crate::response::error::ApiError;
 use entrobatch::structured::StructuredOutput;
-use entrobatch::GenerationParams;
+use entrobatch::{ChatMessage, GenerationParams};
 
 /// A request's tools, once checked: what the response parser looks for.
 pub struct ToolUse {
@@ -23,15 +24,39 @@ pub struct ToolUse {
     parallel: bool,
 }
 
+/// The generic format's part of a request whose chat template cannot render tools: the tools
+/// described in a system message, the history's tool turns rewritten as text
+/// (`tool_calls/generic.rs`).
+pub struct GenericTools {
+    specs: Vec<ToolSpec>,
+    parallel: bool,
+}
+
+impl GenericTools {
+    pub fn rewrite(&self, messages: Vec<ChatMessage>) -> Vec<ChatMessage> {
+        generic_rewrite(messages, &self.specs, self.parallel)
+    }
+}
+
+/// What `parse_tools` found.
+pub struct ParsedTools {
+    /// The parser for calls in the output; `None` when none can come back.
+    pub parser: Option<ToolUse>,
+    pub generic: Option<GenericTools>,
+}
+
 /// Reads `tools`, `tool_choice` and `parallel_tool_calls` into `params` (the template's tool
 /// list, a call grammar for `required` or a named function) and returns the parser to run on
 /// the output, or `None` when no call can come back (`tool_choice: "none"`, no tools).
+/// `template_renders_tools`: false puts the request in the generic format (see
+/// `tool_calls/generic.rs`): no tool list for the template, an answer grammar under `auto`.
 pub fn parse_tools(
     tools: Option<Value>,
     tool_choice: Option<Value>,
     parallel: Option<bool>,
     params: &mut GenerationParams,
-) -> Result<Option<ToolUse>, ApiError> {
+    template_renders_tools: bool,
+) -> Result<ParsedTools, ApiError> {
     let tools = tools.filter(|t| !t.is_null());
     let specs = match &tools {
         Some(list) => ToolSpec::parse_list(list).map_err(|e| ApiError::invalid_param(e.field(), e.to_string()))?,
@@ -40,26 +65,39 @@ pub fn parse_tools(
     let choice = ToolChoice::parse(tool_choice.as_ref(), &specs)
         .map_err(|e| ApiError::invalid_param("tool_choice", e.to_string()))?;
     if specs.is_empty() {
-        return Ok(None);
+        return Ok(ParsedTools { parser: None, generic: None });
     }
-    params.tools = match tools {
-        Some(Value::Array(list)) => Some(list),
-        _ => None,
-    };
     let parallel = parallel.unwrap_or(true);
-    if let Some(schema) = call_schema(&specs, &choice, parallel) {
-        if params.structured.is_some() {
-            return Err(ApiError::invalid_param(
-                "tool_choice",
-                "a required tool call is itself a structured output: drop response_format or use tool_choice auto",
-            ));
-        }
-        params.structured = Some(StructuredOutput::JsonSchema(schema));
+    let generic = (!template_renders_tools).then(|| GenericTools { specs: specs.clone(), parallel });
+    if template_renders_tools {
+        params.tools = match tools {
+            Some(Value::Array(list)) => Some(list),
+            _ => None,
+        };
     }
     if choice == ToolChoice::None {
-        return Ok(None);
+        return Ok(ParsedTools { parser: None, generic });
     }
-    Ok(Some(ToolUse { specs, format: Arc::new(HermesFormat::default()), parallel }))
+    let constraint = match call_schema(&specs, &choice, parallel) {
+        Some(schema) => Some(StructuredOutput::JsonSchema(schema)),
+        None if generic.is_some() => generic_auto_grammar(&specs, parallel).map(StructuredOutput::Lark),
+        None => None,
+    };
+    if let Some(constraint) = constraint {
+        if params.structured.is_some() {
+            let why = if generic.is_some() {
+                "this model's chat template cannot render tools, so its calls are a structured output of their \
+                 own: drop response_format"
+            } else {
+                "a required tool call is itself a structured output: drop response_format or use tool_choice auto"
+            };
+            return Err(ApiError::invalid_param("tool_choice", why));
+        }
+        params.structured = Some(constraint);
+    }
+    let format: Arc<dyn ToolCallFormat> =
+        if generic.is_some() { Arc::new(JsonFormat) } else { Arc::new(HermesFormat::default()) };
+    Ok(ParsedTools { parser: Some(ToolUse { specs, format, parallel }), generic })
 }
 
 impl ToolUse {

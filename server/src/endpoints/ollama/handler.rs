@@ -28,7 +28,7 @@ pub async fn chat(
 ) -> Result<Response, OllamaError> {
     let ApiJson(body) = body?;
     state.check_model(Some(&body.model))?;
-    let chat = parse_chat(chat_request(body)?, &state.generation_defaults)?;
+    let chat = parse_chat(chat_request(body)?, &state)?;
     respond(state, chat, Shape::Chat).await
 }
 
@@ -50,7 +50,7 @@ pub async fn generate(
             extras: TokenExtras::default(),
         }))),
         Generate::Chat(chat) => {
-            let chat = parse_chat(*chat, &state.generation_defaults)?;
+            let chat = parse_chat(*chat, &state)?;
             respond(state, chat, Shape::Generate).await
         }
         Generate::Raw { mut common, prompt, logprobs, top_logprobs } => {
@@ -121,10 +121,8 @@ pub async fn show(
     put(format!("{arch}.attention.head_count"), json!(config.num_heads));
     put(format!("{arch}.attention.head_count_kv"), json!(config.num_kv_heads));
     put(format!("{arch}.vocab_size"), json!(config.vocab_size));
-    let mut capabilities = vec!["completion"];
-    if state.engine.supports_tools() {
-        capabilities.push("tools");
-    }
+    // Templates that cannot render tools get the generic tool-call format: every model calls tools.
+    let mut capabilities = vec!["completion", "tools"];
     if state.thinking_template {
         capabilities.push("thinking");
     }

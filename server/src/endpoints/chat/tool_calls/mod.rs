@@ -8,6 +8,7 @@
 //! ([`scan`]) whose decisions never depend on text after the span they cover, so a streamed
 //! output splits into content and calls exactly as the same output parsed whole.
 
+mod generic;
 mod hermes;
 mod json;
 mod schema;
@@ -20,8 +21,8 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub use generic::{auto_grammar as generic_auto_grammar, rewrite as generic_rewrite};
 pub use hermes::HermesFormat;
-#[cfg(test)]
 pub use json::JsonFormat;
 pub use schema::call_schema;
 pub use spec::{ToolChoice, ToolSpec};
