@@ -33,7 +33,7 @@ use axum::Router;
 use entrobatch::{Engine, ShutdownMode};
 use tokio::net::TcpListener;
 
-use endpoints::{anthropic, chat, completions, metrics, models, ollama, playground, probes, tokenize};
+use endpoints::{anthropic, chat, completions, metrics, models, ollama, playground, probes, slots, tokenize};
 use middleware::{http_metrics, request_id};
 
 pub use request::defaults::{GenerationConfig, GenerationDefaults};
@@ -81,6 +81,8 @@ pub fn router(state: AppState, config: &ServerConfig) -> Router {
         .route("/api/version", get(ollama::version))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
+        .route("/slots", get(slots::slots))
+        .route("/slots/{id}", post(slots::slots))
         .route("/health", get(probes::health))
         .route("/ready", get(probes::ready))
         .route("/metrics", get(metrics::render))

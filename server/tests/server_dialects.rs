@@ -355,4 +355,10 @@ fn each_dialect_answers_in_its_own_shapes() {
     let load = server.post_json("/api/generate", &json!({"model": model}));
     assert_eq!(load.json()["done_reason"], json!("load"), "{}", load.text());
     assert_eq!(server.get("/api/version").status, 200);
+
+    // llama-server's slot routes say why they do nothing here.
+    for r in [server.get("/slots"), server.post_json("/slots/0?action=save", &json!({"filename": "s.bin"}))] {
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert!(r.json()["error"]["message"].as_str().is_some_and(|m| m.contains("no slots")), "{}", r.text());
+    }
 }

@@ -11,4 +11,5 @@ pub mod models;
 pub mod ollama;
 pub mod playground;
 pub mod probes;
+pub mod slots;
 pub mod tokenize;
