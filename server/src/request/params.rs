@@ -159,6 +159,17 @@ pub fn parse_logprobs(param: &'static str, value: Option<i64>) -> Result<Option<
     }
 }
 
+/// `logprobs` with `top_logprobs` (chat's and Ollama's pair) as the count of alternatives per
+/// token, or `None` when logprobs were not asked for.
+pub fn parse_logprobs_pair(logprobs: Option<bool>, top_logprobs: Option<i64>) -> Result<Option<usize>, ApiError> {
+    let top = parse_logprobs("top_logprobs", top_logprobs)?;
+    match (logprobs.unwrap_or(false), top) {
+        (true, top) => Ok(Some(top.unwrap_or(0))),
+        (false, Some(_)) => Err(ApiError::invalid_param("top_logprobs", "top_logprobs requires logprobs: true")),
+        (false, None) => Ok(None),
+    }
+}
+
 /// `stream_options`: OpenAI's `include_usage` is its one key; anything else is refused.
 fn include_usage(options: Option<Value>) -> Result<bool, ApiError> {
     let bad = |reason: String| ApiError::invalid_param("stream_options", reason);

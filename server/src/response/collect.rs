@@ -28,13 +28,16 @@ pub async fn collect_choices<F>(
     Ok((outputs, usage))
 }
 
-/// A request that failed, or ended without finishing, as the error the client gets.
-pub fn check_output(output: &GenerationOutput) -> Result<(), ApiError> {
-    match (output.finish_reason, &output.error) {
-        (FinishReason::Error, error) => {
-            Err(ApiError::internal(error.clone().unwrap_or_else(|| "generation failed".into())))
-        }
-        (FinishReason::Abort, Some(error)) => Err(ApiError::unavailable(error.clone())),
+/// A request that failed, or was refused after admission, as the error the client gets.
+pub fn check_finish(reason: FinishReason, error: Option<&str>) -> Result<(), ApiError> {
+    match (reason, error) {
+        (FinishReason::Error, error) => Err(ApiError::internal(error.unwrap_or("generation failed"))),
+        (FinishReason::Abort, Some(error)) => Err(ApiError::unavailable(error)),
         _ => Ok(()),
     }
+}
+
+/// [`check_finish`] of a collected output.
+pub fn check_output(output: &GenerationOutput) -> Result<(), ApiError> {
+    check_finish(output.finish_reason, output.error.as_deref())
 }

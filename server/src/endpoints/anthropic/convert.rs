@@ -46,7 +46,7 @@ pub fn chat_request(req: MessagesRequest, generate: bool) -> Result<ChatRequest,
             SystemField::Text(text) => ContentField::Text(text),
             SystemField::Blocks(blocks) => ContentField::Parts(blocks.into_iter().map(|b| text_part(b.text)).collect()),
         };
-        messages.push(message("system", content));
+        messages.push(MessageIn::new("system", content));
     }
     for (i, m) in req.messages.into_iter().enumerate() {
         convert_message(i, m, &mut messages)?;
@@ -96,19 +96,11 @@ pub fn chat_request(req: MessagesRequest, generate: bool) -> Result<ChatRequest,
         ..CommonParams::default()
     };
     Ok(ChatRequest {
-        common,
-        messages,
-        logprobs: None,
-        top_logprobs: None,
-        chat_template_kwargs: None,
         enable_thinking,
         tools,
         tool_choice,
         parallel_tool_calls: parallel,
-        add_generation_prompt: None,
-        continue_final_message: None,
-        echo: None,
-        unknown: serde_json::Map::new(),
+        ..ChatRequest::new(common, messages)
     })
 }
 
@@ -128,7 +120,7 @@ fn convert_message(index: usize, m: MessageParam, out: &mut Vec<MessageIn>) -> R
     }
     let blocks = match m.content {
         Value::String(text) => {
-            out.push(message(&m.role, ContentField::Text(text)));
+            out.push(MessageIn::new(&m.role, ContentField::Text(text)));
             return Ok(());
         }
         Value::Array(blocks) => blocks,
@@ -161,7 +153,7 @@ fn convert_message(index: usize, m: MessageParam, out: &mut Vec<MessageIn>) -> R
                 );
             }
             ("user", Block::ToolResult { tool_use_id, content, is_error, .. }) => {
-                let mut tool = message("tool", ContentField::Text(tool_result_text(&path, content)?));
+                let mut tool = MessageIn::new("tool", ContentField::Text(tool_result_text(&path, content)?));
                 tool.tool_call_id = Some(tool_use_id);
                 // The chat template sees it as it sees any extra key of a message.
                 if let Some(is_error) = is_error {
@@ -179,7 +171,7 @@ fn convert_message(index: usize, m: MessageParam, out: &mut Vec<MessageIn>) -> R
         }
     }
     if !text.is_empty() || !calls.is_empty() || m.role == "assistant" {
-        let mut msg = message(&m.role, ContentField::Parts(text));
+        let mut msg = MessageIn::new(&m.role, ContentField::Parts(text));
         msg.tool_calls = (!calls.is_empty()).then_some(calls);
         out.push(msg);
     }
@@ -243,15 +235,4 @@ fn block_name(block: &Block) -> &'static str {
 
 fn text_part(text: String) -> ContentPart {
     ContentPart { kind: "text".into(), text: Some(text), other: serde_json::Map::new() }
-}
-
-fn message(role: &str, content: ContentField) -> MessageIn {
-    MessageIn {
-        role: role.into(),
-        content: Some(content),
-        tool_calls: None,
-        tool_call_id: None,
-        name: None,
-        extra: serde_json::Map::new(),
-    }
 }

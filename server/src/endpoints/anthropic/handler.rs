@@ -4,14 +4,13 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use entrobatch::{FinishReason, Prompt};
-use serde_json::Value;
 
 use super::convert::chat_request;
 use super::error::AnthropicError;
 use super::protocol::MessagesRequest;
 use super::response::{ContentBlock, Message, TokenCount, Usage};
 use super::stream::message_stream;
-use crate::endpoints::chat::{parse_chat, ReplyParser, ReplyPiece};
+use crate::endpoints::chat::{call_arguments, parse_chat, ReplyParser, ReplyPiece};
 use crate::request::extract::ApiJson;
 use crate::response::collect::check_output;
 use crate::response::error::ApiError;
@@ -84,11 +83,9 @@ pub fn block(piece: ReplyPiece) -> ContentBlock {
     match piece {
         ReplyPiece::Thinking(thinking) => ContentBlock::Thinking { thinking, signature: String::new() },
         ReplyPiece::Text(text) => ContentBlock::Text { text },
-        ReplyPiece::Call { id, name, arguments } => ContentBlock::ToolUse {
-            id: tool_use_id(&id),
-            name,
-            input: serde_json::from_str(&arguments).unwrap_or(Value::Object(serde_json::Map::new())),
-        },
+        ReplyPiece::Call { id, name, arguments } => {
+            ContentBlock::ToolUse { id: tool_use_id(&id), name, input: call_arguments(&arguments) }
+        }
     }
 }
 

@@ -8,13 +8,14 @@ use std::convert::Infallible;
 
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
-use entrobatch::{Event, FinishReason, GeneratedToken, RequestHandle};
+use entrobatch::{Event, GeneratedToken, RequestHandle};
 use futures::StreamExt;
 
 use super::error::detail;
 use super::handler::{stop_reason, tool_use_id};
 use super::response::{BlockDelta, ContentBlock, Message, MessageDeltaBody, StreamEvent, Usage};
 use crate::endpoints::chat::{ReplyParser, ReplyPiece};
+use crate::response::collect::check_finish;
 use crate::response::error::ApiError;
 use crate::response::TokenExtras;
 use crate::state::AppState;
@@ -106,13 +107,7 @@ impl MessageStream {
                     reason, prompt_tokens, cached_tokens, completion_tokens, error, stop_string, ..
                 } => {
                     self.done = true;
-                    if reason == FinishReason::Error || (reason == FinishReason::Abort && error.is_some()) {
-                        let message = error.unwrap_or_else(|| "generation failed".into());
-                        let error = if reason == FinishReason::Error {
-                            ApiError::internal(message)
-                        } else {
-                            ApiError::unavailable(message)
-                        };
+                    if let Err(error) = check_finish(reason, error.as_deref()) {
                         return vec![StreamEvent::Error { error: detail(&error) }];
                     }
                     let rest = self.parser.finish();

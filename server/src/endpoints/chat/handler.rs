@@ -14,7 +14,7 @@ use super::reasoning::ReasoningSplitter;
 use super::response::{ChatChoice, ChatCompletion, ResponseMessage};
 use super::tools::{parse_tools, tool_calls, ToolUse};
 use crate::request::extract::ApiJson;
-use crate::request::params::{engine_request, parse_common, parse_logprobs, refuse_unknown, ParsedParams};
+use crate::request::params::{engine_request, parse_common, parse_logprobs_pair, refuse_unknown, ParsedParams};
 use crate::response::collect::collect_choices;
 use crate::response::error::ApiError;
 use crate::response::format::{Extras, Frame};
@@ -139,14 +139,7 @@ impl ParsedChat {
 /// parameters (with `enable_thinking`, tools and any structured output) and the logprobs count.
 pub(crate) fn parse_chat(mut req: ChatRequest, state: &AppState) -> Result<ParsedChat, ApiError> {
     refuse_unknown(&req.unknown)?;
-    let top = parse_logprobs("top_logprobs", req.top_logprobs)?;
-    let logprobs = match (req.logprobs.unwrap_or(false), top) {
-        (true, top) => Some(top.unwrap_or(0)),
-        (false, Some(_)) => {
-            return Err(ApiError::invalid_param("top_logprobs", "top_logprobs requires logprobs: true"))
-        }
-        (false, None) => None,
-    };
+    let logprobs = parse_logprobs_pair(req.logprobs, req.top_logprobs)?;
     let mut parsed = parse_common(&mut req.common, logprobs, &state.generation_defaults)?;
     let mut kwargs = req.chat_template_kwargs.unwrap_or_default();
     // `enable_thinking` also decides whether the reply is split into `reasoning_content`, so it

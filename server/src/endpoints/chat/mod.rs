@@ -18,5 +18,5 @@ mod tools;
 pub(crate) use format::chat_logprobs;
 pub use handler::chat_completions;
 pub(crate) use handler::{parse_chat, ParsedChat};
-pub(crate) use reply::{ReplyParser, ReplyPiece};
+pub(crate) use reply::{call_arguments, ReplyParser, ReplyPiece};
 pub(crate) use response::ChatLogprob;

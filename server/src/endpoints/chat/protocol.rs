@@ -82,3 +82,38 @@ pub struct ChatRequest {
     #[serde(flatten)]
     pub unknown: serde_json::Map<String, Value>,
 }
+
+impl MessageIn {
+    /// A message with this content and nothing else (what the other dialects' converters build).
+    pub fn new(role: &str, content: ContentField) -> Self {
+        Self {
+            role: role.into(),
+            content: Some(content),
+            tool_calls: None,
+            tool_call_id: None,
+            name: None,
+            extra: Default::default(),
+        }
+    }
+}
+
+impl ChatRequest {
+    /// A request with these shared fields and messages, every chat-only field left out.
+    pub fn new(common: CommonParams, messages: Vec<MessageIn>) -> Self {
+        Self {
+            common,
+            messages,
+            logprobs: None,
+            top_logprobs: None,
+            chat_template_kwargs: None,
+            enable_thinking: None,
+            tools: None,
+            tool_choice: None,
+            parallel_tool_calls: None,
+            add_generation_prompt: None,
+            continue_final_message: None,
+            echo: None,
+            unknown: serde_json::Map::new(),
+        }
+    }
+}

@@ -110,3 +110,8 @@ fn merge(pieces: Vec<ReplyPiece>) -> Vec<ReplyPiece> {
     }
     merged
 }
+
+/// A call's arguments as the JSON object the tool-call parsers guarantee they are.
+pub fn call_arguments(arguments: &str) -> serde_json::Value {
+    serde_json::from_str(arguments).unwrap_or_else(|_| serde_json::Value::Object(serde_json::Map::new()))
+}

@@ -36,7 +36,7 @@ pub fn chat_request(body: ChatBody) -> Result<ChatRequest, ApiError> {
         top_logprobs: body.top_logprobs,
         enable_thinking: think(body.think)?,
         tools: body.tools,
-        ..chat_with(common)
+        ..ChatRequest::new(common, Vec::new())
     })
 }
 
@@ -83,7 +83,7 @@ pub fn generate_request(body: GenerateBody) -> Result<Generate, ApiError> {
         logprobs: body.logprobs,
         top_logprobs: body.top_logprobs,
         enable_thinking: think(body.think)?,
-        ..chat_with(common)
+        ..ChatRequest::new(common, Vec::new())
     })))
 }
 
@@ -219,31 +219,5 @@ fn message(index: usize, m: OllamaMessage, pending: &mut VecDeque<(String, Strin
 }
 
 fn plain(role: &str, content: String) -> MessageIn {
-    MessageIn {
-        role: role.into(),
-        content: Some(ContentField::Text(content)),
-        tool_calls: None,
-        tool_call_id: None,
-        name: None,
-        extra: serde_json::Map::new(),
-    }
-}
-
-/// A chat request with these shared fields and nothing else set.
-fn chat_with(common: CommonParams) -> ChatRequest {
-    ChatRequest {
-        common,
-        messages: Vec::new(),
-        logprobs: None,
-        top_logprobs: None,
-        chat_template_kwargs: None,
-        enable_thinking: None,
-        tools: None,
-        tool_choice: None,
-        parallel_tool_calls: None,
-        add_generation_prompt: None,
-        continue_final_message: None,
-        echo: None,
-        unknown: serde_json::Map::new(),
-    }
+    MessageIn::new(role, ContentField::Text(content))
 }

@@ -14,7 +14,7 @@ use super::reply::{created_at, Reply, Shape};
 use super::response::{Chunk, ChunkBody, Details, ModelEntry, ModelList, ShowResponse, VersionResponse};
 use crate::endpoints::chat::{parse_chat, ParsedChat, ReplyParser};
 use crate::request::extract::ApiJson;
-use crate::request::params::{engine_request, parse_common, parse_logprobs};
+use crate::request::params::{engine_request, parse_common, parse_logprobs_pair};
 use crate::response::error::ApiError;
 use crate::response::TokenExtras;
 use crate::state::AppState;
@@ -54,7 +54,7 @@ pub async fn generate(
             respond(state, chat, Shape::Generate).await
         }
         Generate::Raw { mut common, prompt, logprobs, top_logprobs } => {
-            let logprobs = logprobs_count(logprobs, top_logprobs)?;
+            let logprobs = parse_logprobs_pair(logprobs, top_logprobs)?;
             let parsed = parse_common(&mut common, logprobs, &state.generation_defaults)?;
             let request = engine_request(Prompt::Text(prompt), parsed.params.clone(), parsed.max_tokens, None);
             let handle = state.submit(request).await?;
@@ -76,16 +76,6 @@ async fn respond(state: AppState, chat: ParsedChat, shape: Shape) -> Result<Resp
     let parser = ReplyParser::new(&state, &chat, &handle);
     let reply = Reply::new(state, shape, parser, chat.logprobs.is_some(), chat.parsed.params.return_metrics);
     Ok(if chat.parsed.stream { reply.stream(handle) } else { reply.whole(handle).await? })
-}
-
-/// Ollama's `logprobs` / `top_logprobs` as the engine's count of alternatives.
-fn logprobs_count(logprobs: Option<bool>, top: Option<i64>) -> Result<Option<usize>, ApiError> {
-    let top = parse_logprobs("top_logprobs", top)?;
-    match (logprobs.unwrap_or(false), top) {
-        (true, top) => Ok(Some(top.unwrap_or(0))),
-        (false, Some(_)) => Err(ApiError::invalid_param("top_logprobs", "top_logprobs requires logprobs: true")),
-        (false, None) => Ok(None),
-    }
 }
 
 pub async fn tags(State(state): State<AppState>) -> Json<ModelList> {

@@ -11,11 +11,10 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use entrobatch::{Event, FinishReason, GeneratedToken, GenerationOutput, RequestHandle};
 use futures::StreamExt;
-use serde_json::Value;
 
 use super::response::{Chunk, ChunkBody, ErrorBody, OutFunction, OutMessage, OutToolCall, Stats};
-use crate::endpoints::chat::{chat_logprobs, ReplyParser, ReplyPiece};
-use crate::response::collect::check_output;
+use crate::endpoints::chat::{call_arguments, chat_logprobs, ReplyParser, ReplyPiece};
+use crate::response::collect::{check_finish, check_output};
 use crate::response::error::ApiError;
 use crate::response::TokenExtras;
 use crate::state::AppState;
@@ -87,9 +86,8 @@ impl Reply {
                         }
                     }
                     Event::Finished { reason, prompt_tokens, completion_tokens, error, .. } => {
-                        if reason == FinishReason::Error || (reason == FinishReason::Abort && error.is_some()) {
-                            let error = error.unwrap_or_else(|| "generation failed".into());
-                            return Some((line(&ErrorBody { error }), None));
+                        if let Err(e) = check_finish(reason, error.as_deref()) {
+                            return Some((line(&ErrorBody { error: e.message }), None));
                         }
                         let pieces = reply.parser.finish();
                         let ending = Ending { reason, prompt_tokens, completion_tokens };
@@ -112,7 +110,7 @@ impl Reply {
                 ReplyPiece::Thinking(t) => thinking.push_str(&t),
                 ReplyPiece::Text(t) => message.content.push_str(&t),
                 ReplyPiece::Call { id, name, arguments } => {
-                    let arguments = serde_json::from_str(&arguments).unwrap_or(Value::Object(serde_json::Map::new()));
+                    let arguments = call_arguments(&arguments);
                     calls.push(OutToolCall { id, function: OutFunction { index: self.calls, name, arguments } });
                     self.calls += 1;
                 }
