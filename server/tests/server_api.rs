@@ -349,10 +349,10 @@ fn unknown_keys_inside_typed_parts_are_refused_by_their_path() {
             "always cached",
         ),
         (
-            "llama-server's GBNF",
+            "a GBNF grammar that does not parse",
             "/v1/completions",
-            json!({ "prompt": "x", "grammar": "root ::= \"a\"" }),
-            "structured_outputs.grammar",
+            json!({ "prompt": "x", "grammar": "root ::= answer\nanswer ::= \"yes\" |\n  (\"no\"" }),
+            "GBNF line 3, column 8: expected `)`",
         ),
         (
             "a text part",
@@ -370,6 +370,17 @@ fn unknown_keys_inside_typed_parts_are_refused_by_their_path() {
     }
     assert_eq!(server.engine.in_flight(), 0);
 
+    // A greedy completion constrained by `form`: its text, once it stopped on its own.
+    let constrained = |what: &str, prompt: &str, form: Value| -> String {
+        let mut body = json!({ "prompt": prompt, "max_tokens": 40, "temperature": 0 });
+        body.as_object_mut().unwrap().extend(form.as_object().unwrap().clone());
+        let response = server.post_json("/v1/completions", &body);
+        assert_eq!(response.status, 200, "{what}: {}", response.text());
+        let choice = &response.json()["choices"][0];
+        assert_eq!(choice["finish_reason"], json!("stop"), "{what}: {choice}");
+        choice["text"].as_str().unwrap().to_string()
+    };
+
     // llama-server's two ways of sending a schema constrain the answer as OpenAI's does.
     let schema = json!({
         "type": "object",
@@ -382,16 +393,23 @@ fn unknown_keys_inside_typed_parts_are_refused_by_their_path() {
         ("top-level json_schema", json!({ "json_schema": schema })),
     ];
     for (what, form) in forms {
-        let mut body = json!({ "prompt": "Answer:", "max_tokens": 40, "temperature": 0 });
-        body.as_object_mut().unwrap().extend(form.as_object().unwrap().clone());
-        let response = server.post_json("/v1/completions", &body);
-        assert_eq!(response.status, 200, "{what}: {}", response.text());
-        let choice = &response.json()["choices"][0];
-        assert_eq!(choice["finish_reason"], json!("stop"), "{what}: {choice}");
-        let text = choice["text"].as_str().unwrap();
-        let answer: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{what}: {text:?} is not JSON: {e}"));
+        let text = constrained(what, "Answer:", form);
+        let answer: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: {text:?} is not JSON: {e}"));
         let keys: Vec<&String> = answer.as_object().unwrap().keys().collect();
         assert_eq!(keys, ["answer"], "{what}: {answer}");
         assert!(answer["answer"] == json!("yes") || answer["answer"] == json!("no"), "{what}: {answer}");
+    }
+
+    // GBNF, as llama-server's `grammar` and as vLLM's `structured_outputs.grammar` (told
+    // from Lark by its `::=`), constrains the answer to the grammar's language.
+    let gbnf = "root ::= \"Answer: \" verdict \".\"\nverdict ::= (\"yes\" | \"no\") (\", \" [a-z]{1,8}){0,2}\n";
+    let language = regex::Regex::new(r"^Answer: (yes|no)(, [a-z]{1,8}){0,2}\.$").unwrap();
+    let forms = [
+        ("llama-server's grammar", json!({ "grammar": gbnf })),
+        ("vLLM's grammar", json!({ "structured_outputs": { "grammar": gbnf } })),
+    ];
+    for (what, form) in forms {
+        let text = constrained(what, "Is the sky blue?", form);
+        assert!(language.is_match(&text), "{what}: {text:?} is outside the grammar");
     }
 }

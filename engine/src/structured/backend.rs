@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use toktrie::{TokEnv, TokenizerEnv};
 
 use super::constraint::{clean, Constraint};
+use super::gbnf::gbnf_to_lark;
 use super::spec::{StructuredError, StructuredOutput};
 use super::vocab::GgufTokEnv;
 
@@ -109,6 +110,7 @@ fn to_grammar(spec: &StructuredOutput) -> Result<TopLevelGrammar, StructuredErro
             TopLevelGrammar::from_lark(choice_grammar(options))
         }
         StructuredOutput::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
+        StructuredOutput::Gbnf(g) => TopLevelGrammar::from_lark(gbnf_to_lark(g)?),
     })
 }
 

@@ -14,17 +14,21 @@
 
 mod backend;
 mod constraint;
+mod gbnf;
 mod spec;
 mod vocab;
 
 pub use backend::StructuredBackend;
 pub use constraint::Constraint;
+pub use gbnf::{gbnf_to_lark, looks_like_gbnf};
 pub use spec::{StructuredError, StructuredOutput};
 
 #[cfg(test)]
 mod test_util;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_gbnf;
 #[cfg(test)]
 mod tests_perf;
 #[cfg(test)]

@@ -6,7 +6,7 @@ use serde_json::Value;
 /// A constraint on the generated text.
 ///
 /// Serialized externally tagged in snake_case: `"json_object"`, `{"json_schema": {..}}`,
-/// `{"regex": ".."}`, `{"choice": ["a", "b"]}`, `{"lark": ".."}`.
+/// `{"regex": ".."}`, `{"choice": ["a", "b"]}`, `{"lark": ".."}`, `{"gbnf": ".."}`.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StructuredOutput {
@@ -20,6 +20,8 @@ pub enum StructuredOutput {
     Choice(Vec<String>),
     /// A grammar in llguidance's Lark dialect (what vLLM-style `grammar` takes).
     Lark(String),
+    /// A grammar in llama.cpp's GBNF (llama-server's `grammar`); its `root` rule is matched.
+    Gbnf(String),
 }
 
 impl StructuredOutput {
@@ -31,6 +33,7 @@ impl StructuredOutput {
             StructuredOutput::Regex(_) => "regex",
             StructuredOutput::Choice(_) => "choice",
             StructuredOutput::Lark(_) => "lark",
+            StructuredOutput::Gbnf(_) => "gbnf",
         }
     }
 
@@ -39,7 +42,9 @@ impl StructuredOutput {
         match self {
             StructuredOutput::JsonObject | StructuredOutput::JsonSchema(_) => StructuredError::InvalidSchema(msg),
             StructuredOutput::Regex(_) => StructuredError::InvalidRegex(msg),
-            StructuredOutput::Choice(_) | StructuredOutput::Lark(_) => StructuredError::InvalidGrammar(msg),
+            StructuredOutput::Choice(_) | StructuredOutput::Lark(_) | StructuredOutput::Gbnf(_) => {
+                StructuredError::InvalidGrammar(msg)
+            }
         }
     }
 }
@@ -96,6 +101,7 @@ mod tests {
             (StructuredOutput::Regex("a+".into()), json!({"regex": "a+"})),
             (StructuredOutput::Choice(vec!["x".into(), "y".into()]), json!({"choice": ["x", "y"]})),
             (StructuredOutput::Lark("start: \"a\"".into()), json!({"lark": "start: \"a\""})),
+            (StructuredOutput::Gbnf("root ::= \"a\"".into()), json!({"gbnf": "root ::= \"a\""})),
         ];
         for (spec, want) in cases {
             assert_eq!(serde_json::to_value(&spec).unwrap(), want);

@@ -40,6 +40,11 @@ fn report_compile_and_mask_time() {
             r#"{"summary":"The quick brown fox jumps over the lazy dog, again and again.","n":[1,2,3],"ok":true}"#,
         ),
         (
+            "json.gbnf",
+            StructuredOutput::Gbnf(super::tests_gbnf::JSON_GBNF.into()),
+            r#"{"summary": "The quick brown fox jumps over the lazy dog, again and again.", "n": [1, 2, 3], "ok": true}"#,
+        ),
+        (
             "regex",
             StructuredOutput::Regex(r"[A-Z][a-z]+( [a-z]+){2,8}\.".into()),
             "Structured outputs keep the model on track.",

@@ -6,14 +6,14 @@ use serde_json::{json, Value};
 use super::test_util::{compile, is_compact_json, tokenizer, Rng};
 use super::StructuredOutput;
 
-const WALKS: u64 = 12;
+pub(super) const WALKS: u64 = 12;
 /// Past this many tokens a walk takes EOS as soon as it is allowed.
 const SOFT_LIMIT: usize = 64;
 /// A walk this long means the grammar does not let the output end.
 const HARD_LIMIT: usize = 400;
 
 /// One walk: returns the decoded text (EOS excluded).
-fn walk(spec: &StructuredOutput, seed: u64) -> String {
+pub(super) fn walk(spec: &StructuredOutput, seed: u64) -> String {
     let tok = tokenizer().expect("tokenizer");
     let mut c = compile(spec);
     let mut rng = Rng::new(seed);

@@ -77,6 +77,8 @@ pub struct StructuredFields {
     pub guided_grammar: Option<String>,
     /// llama-server: a JSON schema at the top level.
     pub json_schema: Option<Value>,
+    /// llama-server: a GBNF grammar.
+    pub grammar: Option<String>,
 }
 
 /// The JSON names of `CommonParams`' fields (flattened ones included), read from its own
@@ -95,13 +97,12 @@ pub const INERT_FIELDS: [&str; 6] =
 
 /// llama-server's own fields, which only make sense inside llama.cpp or have another name
 /// here: refused like any unknown field, with what to send instead.
-pub const LLAMA_SERVER_FIELDS: [(&str, &str); 6] = [
+pub const LLAMA_SERVER_FIELDS: [(&str, &str); 5] = [
     ("id_slot", "there are no slots to pick: every request joins one continuous batch; drop the field"),
     ("cache_prompt", "prompt prefixes are always cached and reused across requests; drop the field"),
     ("n_keep", "a prompt longer than the context is refused, never shifted or truncated; drop the field"),
     ("n_predict", "send `max_tokens`"),
     ("n_probs", "send `logprobs` (completions) or `logprobs` with `top_logprobs` (chat)"),
-    ("grammar", "GBNF is not read; send the grammar in llguidance's Lark dialect as `structured_outputs.grammar`"),
 ];
 
 /// The first key of `object` not in `known`: the one check behind every "unknown key" 400

@@ -1,13 +1,13 @@
 //! The request forms of structured outputs, all mapped to one engine `StructuredOutput`:
 //! OpenAI's `response_format`, vLLM's `structured_outputs` object and its older `guided_*`
-//! fields, llama-server's top-level `json_schema` and its schema inside a `json_object`
-//! format, so clients written for any of them work unchanged. At most one form per request.
+//! fields, llama-server's top-level `json_schema` and GBNF `grammar` and its schema inside a
+//! `json_object` format, so clients written for any of them work unchanged. At most one form per request.
 
 use serde_json::Value;
 
 use super::protocol::{unknown_key, StructuredFields};
 use crate::response::error::ApiError;
-use entrobatch::structured::StructuredOutput;
+use entrobatch::structured::{looks_like_gbnf, StructuredOutput};
 
 /// The constraint the request asks for, or `None` for free text.
 pub fn parse_structured(fields: &mut StructuredFields) -> Result<Option<StructuredOutput>, ApiError> {
@@ -35,7 +35,10 @@ pub fn parse_structured(fields: &mut StructuredFields) -> Result<Option<Structur
         found.push(("guided_choice", StructuredOutput::Choice(choice)));
     }
     if let Some(grammar) = fields.guided_grammar.take() {
-        found.push(("guided_grammar", StructuredOutput::Lark(grammar)));
+        found.push(("guided_grammar", grammar_spec(grammar)));
+    }
+    if let Some(grammar) = fields.grammar.take() {
+        found.push(("grammar", StructuredOutput::Gbnf(grammar)));
     }
     match found.len() {
         0 => Ok(None),
@@ -121,7 +124,7 @@ fn structured_outputs(value: Value) -> Result<Option<StructuredOutput>, ApiError
         let spec = match key.as_str() {
             "json" => json_schema("structured_outputs", v)?,
             "regex" => StructuredOutput::Regex(string(&key, v)?),
-            "grammar" => StructuredOutput::Lark(string(&key, v)?),
+            "grammar" => grammar_spec(string(&key, v)?),
             "choice" => StructuredOutput::Choice(
                 serde_json::from_value(v).map_err(|_| bad("`choice` must be a list of strings".into()))?,
             ),
@@ -141,6 +144,15 @@ fn structured_outputs(value: Value) -> Result<Option<StructuredOutput>, ApiError
         return Err(bad("give exactly one of json, regex, choice, grammar, json_object".into()));
     }
     Ok(found.pop())
+}
+
+/// vLLM's `grammar` takes GBNF-style EBNF or Lark, told apart by `::=`; so does this.
+fn grammar_spec(grammar: String) -> StructuredOutput {
+    if looks_like_gbnf(&grammar) {
+        StructuredOutput::Gbnf(grammar)
+    } else {
+        StructuredOutput::Lark(grammar)
+    }
 }
 
 /// A schema given as an object, or as a JSON string holding one (vLLM accepts both).
