@@ -66,7 +66,8 @@ fn the_openai_client_gets_schema_valid_objects_on_smollm2() {
 }
 
 /// Tool calling on Qwen2.5-Coder-0.5B-Instruct (the test command fetches it): `required`
-/// forces a valid call by grammar, `auto` lets the model choose and parses what it writes,
+/// forces a valid call by grammar, `auto` lets the model choose and parses what it writes
+/// (constrained to valid calls when a tool is `strict`),
 /// the call streams as OpenAI's deltas, and the tool's answer comes back as the final text.
 #[test]
 fn a_tool_round_trip_on_qwen_coder() {
@@ -105,6 +106,26 @@ fn a_tool_round_trip_on_qwen_coder() {
             auto["calls"].as_array().into_iter().flatten().for_each(check_call);
         }
         _ => assert!(!auto["content"].as_str().unwrap_or("").contains("\"get_weather\""), "unparsed call: {auto}"),
+    }
+    // `auto` with a `strict` tool: the model still chooses to call, and the call's arguments
+    // match the strict schema, fields the question never asked for included.
+    let strict = &seen["call_strict"];
+    assert_eq!(strict["finish_reason"], json!("tool_calls"), "{strict}");
+    let strict_parameters = json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            "days": {"type": "integer", "minimum": 1, "maximum": 7},
+            "station": {"type": "string", "pattern": "^[A-Z]{4}$"},
+        },
+        "required": ["city", "unit", "days", "station"],
+        "additionalProperties": false,
+    });
+    for call in strict["calls"].as_array().expect("strict calls") {
+        assert_eq!(call["name"], json!("get_forecast"), "{call}");
+        let args: Value = serde_json::from_str(call["arguments"].as_str().expect("arguments")).expect("JSON arguments");
+        assert_valid(&strict_parameters, &args);
     }
     let stream = &seen["call_stream"];
     assert_eq!(stream["finish_reason"], json!("tool_calls"), "{stream}");

@@ -102,6 +102,29 @@ WEATHER = {
 }
 
 
+# OpenAI's strict form: every property required, no others. The model is not asked for a
+# forecast length or a station code, so only the grammar makes it write `days` and `station`.
+FORECAST = {
+    "type": "function",
+    "function": {
+        "name": "get_forecast",
+        "description": "Weather forecast for a city",
+        "strict": True,
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                "station": {"type": "string", "pattern": "^[A-Z]{4}$"},
+            },
+            "required": ["city", "unit", "days", "station"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
 def call_summary(message):
     calls = message.tool_calls or []
     return [{"id": c.id, "type": c.type, "name": c.function.name, "arguments": c.function.arguments} for c in calls]
@@ -119,6 +142,11 @@ def tools():
             "content": c.message.content,
             "finish_reason": c.finish_reason,
         }
+    r = client.chat.completions.create(
+        model=model, messages=question, tools=[FORECAST], tool_choice="auto", max_tokens=80, temperature=0
+    )
+    c = r.choices[0]
+    out["call_strict"] = {"calls": call_summary(c.message), "content": c.message.content, "finish_reason": c.finish_reason}
     # Streamed: the deltas carry the call's id and name first, then its arguments.
     stream = client.chat.completions.create(
         model=model, messages=question, tools=[WEATHER], tool_choice="required", max_tokens=80, temperature=0, stream=True

@@ -64,10 +64,13 @@ pub fn chat_request(req: MessagesRequest, generate: bool) -> Result<ChatRequest,
                         ));
                     }
                     // OpenAI's key order: templates print the tools with `tojson`, order kept.
-                    let function = match t.description {
+                    let mut function = match t.description {
                         Some(d) => json!({"name": t.name, "description": d, "parameters": t.input_schema}),
                         None => json!({"name": t.name, "parameters": t.input_schema}),
                     };
+                    if let Some(strict) = t.strict {
+                        function["strict"] = json!(strict);
+                    }
                     Ok(json!({"type": "function", "function": function}))
                 })
                 .collect::<Result<Vec<_>, _>>()?;

@@ -140,6 +140,9 @@ pub struct ToolParam {
     #[serde(default)]
     pub description: Option<String>,
     pub input_schema: Value,
+    /// The input must match `input_schema` also under `tool_choice: auto`.
+    #[serde(default)]
+    pub strict: Option<bool>,
     /// Only `custom` (a client tool); Anthropic's server tools (`web_search_...`) run on
     /// Anthropic's side.
     #[serde(default, rename = "type")]

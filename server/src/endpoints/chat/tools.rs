@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::response::{Delta, FunctionCall, FunctionDelta, ToolCall, ToolCallDelta};
 use super::tool_calls::{
-    call_schema, generic_auto_grammar, generic_rewrite, new_call_id, HermesFormat, JsonFormat, Parsed, ToolCallFormat,
-    ToolCallStream, ToolChoice, ToolDelta, ToolSpec,
+    call_schema, generic_auto_grammar, generic_rewrite, hermes_strict_auto_grammar, new_call_id, HermesFormat,
+    JsonFormat, Parsed, ToolCallFormat, ToolCallStream, ToolChoice, ToolDelta, ToolSpec,
 };
 use crate::response::error::ApiError;
 use entrobatch::structured::StructuredOutput;
@@ -78,16 +78,23 @@ pub fn parse_tools(
     if choice == ToolChoice::None {
         return Ok(ParsedTools { parser: None, generic });
     }
-    let constraint = match call_schema(&specs, &choice, parallel) {
+    let required = call_schema(&specs, &choice, parallel);
+    let strict_auto = required.is_none() && generic.is_none() && specs.iter().any(|t| t.strict);
+    let constraint = match required {
         Some(schema) => Some(StructuredOutput::JsonSchema(schema)),
         None if generic.is_some() => generic_auto_grammar(&specs, parallel).map(StructuredOutput::Lark),
-        None => None,
+        None => hermes_strict_auto_grammar(&specs, parallel).map(StructuredOutput::Lark),
     };
     if let Some(constraint) = constraint {
         if params.structured.is_some() {
             let why = if generic.is_some() {
                 "this model's chat template cannot render tools, so its calls are a structured output of their \
                  own: drop response_format"
+            } else if strict_auto {
+                return Err(ApiError::invalid_param(
+                    "tools",
+                    "strict tools' calls are a structured output of their own: drop response_format or `strict`",
+                ));
             } else {
                 "a required tool call is itself a structured output: drop response_format or use tool_choice auto"
             };

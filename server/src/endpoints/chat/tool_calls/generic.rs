@@ -94,6 +94,7 @@ mod tests {
             name: "get_weather".into(),
             description: Some("Weather in a city".into()),
             parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+            strict: false,
         }
     }
 

@@ -1,7 +1,10 @@
 //! Hermes-style calls, what Qwen2.5's chat template asks for:
 //! `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, one block per call.
 
+use serde_json::json;
+
 use super::json::{calls_at, JsonFormat};
+use super::schema::strict_call_schema;
 use super::{Recognized, ToolCallFormat, ToolSpec};
 
 const OPEN: &str = "<tool_call>";
@@ -39,6 +42,37 @@ impl ToolCallFormat for HermesFormat {
             Recognized::NotHere
         }
     }
+}
+
+/// The Lark grammar of an answer under `tool_choice: auto` when some tool is `strict`, or
+/// `None` when none is. The answer is one of:
+/// - calls as bare JSON (what Qwen2.5-Coder writes most), a list of them with `parallel`;
+/// - prose up to a first `<tool_call>` tag, then calls in tags (several with `parallel`)
+///   and nothing after the last;
+/// - prose alone.
+///
+/// Every call is valid by [`strict_call_schema`], its JSON spaced as Qwen2.5 writes it.
+/// Prose opens with neither `{` nor `[` and never writes a `"name":` key, so the parser,
+/// which also reads bare JSON calls inside prose, finds no call the grammar did not check.
+/// The prose before a tag is a lazy lexeme ending at the tag: a greedy one would read on
+/// past it and never hand over to the call.
+pub fn strict_auto_grammar(tools: &[ToolSpec], parallel: bool) -> Option<String> {
+    let mut call = strict_call_schema(tools)?;
+    call["x-guidance"] = json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "});
+    let (bare, more) = if parallel {
+        let list = json!({"type": "array", "items": call, "minItems": 1});
+        (json!({"anyOf": [call, list], "x-guidance": call["x-guidance"]}), " (\"\\n<tool_call>\" block)*")
+    } else {
+        (call.clone(), "")
+    };
+    Some(format!(
+        "start: PROSE | calls | lead block{more}\n\
+         calls: %json {bare}\n\
+         block: \"\\n\" %json {call} \"\\n</tool_call>\"\n\
+         lead[suffix=\"<tool_call>\"]: LEAD\n\
+         LEAD: /(?s:.*)/ & ~/[\\[{{](?s:.*)/ & ~/(?s:.*)\"name\"\\s*:(?s:.*)/\n\
+         PROSE: /(?s:.+)/ & ~/[\\[{{](?s:.*)/ & ~/(?s:.*)(<tool_call>|\"name\"\\s*:)(?s:.*)/\n"
+    ))
 }
 
 /// `text` starts with `<tool_call>`. The block holds one call value (or a list of calls) and

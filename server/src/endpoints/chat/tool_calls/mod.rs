@@ -22,7 +22,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use generic::{auto_grammar as generic_auto_grammar, rewrite as generic_rewrite};
-pub use hermes::HermesFormat;
+pub use hermes::{strict_auto_grammar as hermes_strict_auto_grammar, HermesFormat};
 pub use json::JsonFormat;
 pub use schema::call_schema;
 pub use spec::{ToolChoice, ToolSpec};

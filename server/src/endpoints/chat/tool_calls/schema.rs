@@ -18,20 +18,34 @@ pub fn call_schema(tools: &[ToolSpec], choice: &ToolChoice, parallel: bool) -> O
         ToolChoice::Required => tools.iter().collect(),
         ToolChoice::Function(name) => tools.iter().filter(|t| &t.name == name).collect(),
     };
-    let mut calls: Vec<Value> = allowed.into_iter().map(one_call).collect();
-    let call = match calls.len() {
-        0 => return None,
-        // A single alternative needs no anyOf: simpler for grammar compilers.
-        1 => calls.pop()?,
-        _ => json!({ "anyOf": calls }),
-    };
+    let call = any_call(allowed.into_iter().map(|t| one_call(t, &t.parameters)).collect())?;
     Some(if parallel { json!({ "type": "array", "items": call, "minItems": 1 }) } else { call })
 }
 
-fn one_call(tool: &ToolSpec) -> Value {
+/// The schema of one call under `tool_choice: auto` when some tool is `strict`: its name and
+/// `parameters` for a strict tool, its name and any object for the others; `None` when no
+/// tool is strict (nothing to enforce).
+pub fn strict_call_schema(tools: &[ToolSpec]) -> Option<Value> {
+    if !tools.iter().any(|t| t.strict) {
+        return None;
+    }
+    let any_object = json!({ "type": "object" });
+    any_call(tools.iter().map(|t| one_call(t, if t.strict { &t.parameters } else { &any_object })).collect())
+}
+
+fn any_call(mut calls: Vec<Value>) -> Option<Value> {
+    match calls.len() {
+        0 => None,
+        // A single alternative needs no anyOf: simpler for grammar compilers.
+        1 => calls.pop(),
+        _ => Some(json!({ "anyOf": calls })),
+    }
+}
+
+fn one_call(tool: &ToolSpec, parameters: &Value) -> Value {
     // An empty or missing schema still has to produce an object (arguments are one).
-    let arguments = match &tool.parameters {
-        Value::Object(o) if !o.is_empty() => tool.parameters.clone(),
+    let arguments = match parameters {
+        Value::Object(o) if !o.is_empty() => parameters.clone(),
         _ => json!({ "type": "object" }),
     };
     json!({

@@ -15,6 +15,9 @@ pub struct ToolSpec {
     /// JSON Schema of the arguments object; `{"type": "object"}` when the tool gave none
     /// (OpenAI: omitting `parameters` declares a function without a parameter list).
     pub parameters: Value,
+    /// OpenAI's `strict`: the arguments must match `parameters`, also when the model chooses
+    /// whether to call (`tool_choice: auto`), so a grammar is needed then too.
+    pub strict: bool,
 }
 
 /// Why a `tools` entry was refused. [`field`](Self::field) is the JSON path of the culprit.
@@ -52,6 +55,9 @@ pub enum ToolSpecError {
         index: usize,
         reason: &'static str,
     },
+    BadStrict {
+        index: usize,
+    },
     /// A key OpenAI's tool object does not have: refused rather than ignored. `path` is
     /// below the entry, e.g. `.function.strictness`.
     UnknownKey {
@@ -72,6 +78,7 @@ impl ToolSpecError {
             MissingName { index } | BadName { index, .. } | DuplicateName { index, .. } => (index, ".function.name"),
             BadDescription { index } => (index, ".function.description"),
             BadParameters { index, .. } => (index, ".function.parameters"),
+            BadStrict { index } => (index, ".function.strict"),
             UnknownKey { index, path } => return format!("tools[{index}]{path}"),
         };
         format!("tools[{index}]{leaf}")
@@ -94,6 +101,7 @@ impl fmt::Display for ToolSpecError {
             DuplicateName { name, .. } => write!(f, "{name:?} is declared twice"),
             BadDescription { .. } => f.write_str("must be a string"),
             BadParameters { reason, .. } => f.write_str(reason),
+            BadStrict { .. } => f.write_str("must be a boolean"),
             UnknownKey { .. } => f.write_str("unknown key (a tool has `type` and `function`; a function `name`, `description`, `parameters` and `strict`)"),
         }
     }
@@ -166,7 +174,12 @@ impl ToolSpec {
                 return Err(ToolSpecError::BadParameters { index, reason });
             }
         };
-        Ok(ToolSpec { name: name.to_string(), description, parameters })
+        let strict = match function.get("strict") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(ToolSpecError::BadStrict { index }),
+        };
+        Ok(ToolSpec { name: name.to_string(), description, parameters, strict })
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
+use super::schema::strict_call_schema;
 use super::spec::{ToolChoiceError, ToolSpecError};
 use super::*;
 
@@ -143,6 +144,7 @@ fn tool_spec_errors_name_the_field() {
             json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]),
             "tools[0].function.parameters",
         ),
+        (json!([{"type": "function", "function": {"name": "f", "strict": "yes"}}]), "tools[0].function.strict"),
         (
             json!([{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}]),
             "tools[1].function.name",
@@ -239,6 +241,15 @@ fn call_schema_shapes() {
     assert_eq!(any["anyOf"][0]["properties"]["arguments"], t[0].parameters);
     let many = call_schema(&t, &ToolChoice::Required, true).unwrap();
     assert_eq!(many, json!({"type": "array", "items": any, "minItems": 1}));
+
+    // Under `auto`, only strict tools' parameters are enforced; none strict, nothing to do.
+    assert_eq!(strict_call_schema(&t), None);
+    let mut mixed = t.clone();
+    mixed[1].strict = true;
+    mixed[1].parameters = json!({"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]});
+    let strict = strict_call_schema(&mixed).unwrap();
+    assert_eq!(strict["anyOf"][0]["properties"]["arguments"], json!({"type": "object"}));
+    assert_eq!(strict["anyOf"][1]["properties"]["arguments"], mixed[1].parameters);
 
     let good =
         [json!({"name": "get_weather", "arguments": {"city": "Paris"}}), json!({"name": "get_time", "arguments": {}})];
