@@ -146,7 +146,12 @@ def tools():
         model=model, messages=question, tools=[FORECAST], tool_choice="auto", max_tokens=80, temperature=0
     )
     c = r.choices[0]
-    out["call_strict"] = {"calls": call_summary(c.message), "content": c.message.content, "finish_reason": c.finish_reason}
+    out["call_strict"] = {
+        "calls": call_summary(c.message),
+        "content": c.message.content,
+        "finish_reason": c.finish_reason,
+        "parameters": FORECAST["function"]["parameters"],
+    }
     # Streamed: the deltas carry the call's id and name first, then its arguments.
     stream = client.chat.completions.create(
         model=model, messages=question, tools=[WEATHER], tool_choice="required", max_tokens=80, temperature=0, stream=True
