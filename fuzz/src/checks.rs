@@ -6,11 +6,22 @@ use entrobatch::detokenizer::Detokenizer;
 use entrobatch::Engine;
 use entrobatch_server::{validate_body, AppState, Endpoint};
 
-/// First byte: endpoint (even = completions, odd = chat); the rest is the body. Never panics,
+/// The endpoint an input's first byte picks.
+pub fn endpoint(selector: u8) -> Endpoint {
+    match selector % 4 {
+        0 => Endpoint::Completions,
+        1 => Endpoint::ChatCompletions,
+        2 => Endpoint::Messages,
+        _ => Endpoint::OllamaChat,
+    }
+}
+
+/// First byte: endpoint (modulo 4: completions, chat, Anthropic's messages, Ollama's chat);
+/// the rest is the body. Never panics,
 /// never answers 5xx to client input, and whatever it accepts the engine loop can run.
 pub fn http_request(state: &AppState, data: &[u8]) {
     let Some((&selector, body)) = data.split_first() else { return };
-    let endpoint = if selector & 1 == 0 { Endpoint::Completions } else { Endpoint::ChatCompletions };
+    let endpoint = endpoint(selector);
     match validate_body(state, endpoint, body) {
         Err(e) => {
             assert!(e.status.is_client_error(), "{endpoint:?} answered {} to client input: {}", e.status, e.message)

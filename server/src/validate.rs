@@ -6,10 +6,12 @@
 
 use entrobatch::GenerationParams;
 
+use crate::endpoints::anthropic::{parse_messages, MessagesRequest};
 use crate::endpoints::chat::parse_chat;
 use crate::endpoints::chat::protocol::ChatRequest;
 use crate::endpoints::completions::parse_completion;
 use crate::endpoints::completions::protocol::CompletionRequest;
+use crate::endpoints::ollama::{parse_ollama_chat, ChatBody};
 use crate::request::extract::decode_json_body;
 use crate::response::error::ApiError;
 use crate::state::AppState;
@@ -18,6 +20,10 @@ use crate::state::AppState;
 pub enum Endpoint {
     Completions,
     ChatCompletions,
+    /// Anthropic's `/v1/messages`.
+    Messages,
+    /// Ollama's `/api/chat`.
+    OllamaChat,
 }
 
 /// A body the server would accept and submit.
@@ -48,6 +54,14 @@ pub fn validate_body(state: &AppState, endpoint: Endpoint, body: &[u8]) -> Resul
             let req: ChatRequest = decode_json_body(body)?;
             state.check_model(req.common.model.as_deref())?;
             let chat = parse_chat(req, state)?;
+            (chat.request(), chat.parsed.stream)
+        }
+        Endpoint::Messages => {
+            let chat = parse_messages(state, decode_json_body::<MessagesRequest>(body)?)?;
+            (chat.request(), chat.parsed.stream)
+        }
+        Endpoint::OllamaChat => {
+            let chat = parse_ollama_chat(state, decode_json_body::<ChatBody>(body)?)?;
             (chat.request(), chat.parsed.stream)
         }
     };

@@ -10,7 +10,7 @@ use super::error::AnthropicError;
 use super::protocol::MessagesRequest;
 use super::response::{ContentBlock, Message, TokenCount, Usage};
 use super::stream::message_stream;
-use crate::endpoints::chat::{call_arguments, parse_chat, ReplyParser, ReplyPiece};
+use crate::endpoints::chat::{call_arguments, parse_chat, ParsedChat, ReplyParser, ReplyPiece};
 use crate::request::extract::ApiJson;
 use crate::response::collect::check_output;
 use crate::response::error::ApiError;
@@ -22,9 +22,7 @@ pub async fn messages(
     body: Result<ApiJson<MessagesRequest>, ApiError>,
 ) -> Result<Response, AnthropicError> {
     let ApiJson(req) = body?;
-    state.check_model(Some(&req.model))?;
-    let chat = parse_chat(chat_request(req, true)?, &state)?;
-    chat.check_thinking(&state, "thinking")?;
+    let chat = parse_messages(&state, req)?;
     let handle = state.submit(chat.request()).await?;
     let parser = ReplyParser::new(&state, &chat, &handle);
     let id = state.response_id("msg", handle.id);
@@ -48,6 +46,14 @@ pub async fn messages(
         extras: TokenExtras::new(&output.tokens, return_metrics, false),
     };
     Ok(Json(message).into_response())
+}
+
+/// A `/v1/messages` body as the chat request it makes, checked.
+pub(crate) fn parse_messages(state: &AppState, req: MessagesRequest) -> Result<ParsedChat, ApiError> {
+    state.check_model(Some(&req.model))?;
+    let chat = parse_chat(chat_request(req, true)?, state)?;
+    chat.check_thinking(state, "thinking")?;
+    Ok(chat)
 }
 
 pub async fn count_tokens(

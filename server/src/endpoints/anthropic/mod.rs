@@ -12,4 +12,6 @@ mod protocol;
 mod response;
 mod stream;
 
+pub(crate) use handler::parse_messages;
 pub use handler::{count_tokens, messages};
+pub(crate) use protocol::MessagesRequest;

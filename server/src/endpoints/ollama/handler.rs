@@ -27,9 +27,14 @@ pub async fn chat(
     body: Result<ApiJson<ChatBody>, ApiError>,
 ) -> Result<Response, OllamaError> {
     let ApiJson(body) = body?;
-    state.check_model(Some(&body.model))?;
-    let chat = parse_chat(chat_request(body)?, &state)?;
+    let chat = parse_ollama_chat(&state, body)?;
     respond(state, chat, Shape::Chat).await
+}
+
+/// An `/api/chat` body as the chat request it makes, checked.
+pub(crate) fn parse_ollama_chat(state: &AppState, body: ChatBody) -> Result<ParsedChat, ApiError> {
+    state.check_model(Some(&body.model))?;
+    parse_chat(chat_request(body)?, state)
 }
 
 pub async fn generate(

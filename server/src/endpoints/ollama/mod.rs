@@ -13,4 +13,6 @@ mod protocol;
 mod reply;
 mod response;
 
+pub(crate) use handler::parse_ollama_chat;
 pub use handler::{chat, generate, ps, show, tags, version};
+pub(crate) use protocol::ChatBody;
