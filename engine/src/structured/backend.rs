@@ -1,8 +1,10 @@
 //! Per-model llguidance state: the token trie and the grammar compiler (`ParserFactory`),
 //! built once and shared by every request's [`Constraint`].
 
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use entrobatch_model_runner::Tokenizer;
 use llguidance::api::TopLevelGrammar;
@@ -25,6 +27,41 @@ struct Inner {
     factory: ParserFactory,
     vocab_size: usize,
     eos_token_ids: Arc<[u32]>,
+    cache: Mutex<GrammarCache>,
+    /// Grammars compiled (cache misses), for tests and logs.
+    compiled: AtomicU64,
+}
+
+/// How many compiled grammars are kept. An agent sends the same schema or tool list every
+/// turn; a handful of such clients at once fit comfortably.
+const GRAMMAR_CACHE_ENTRIES: usize = 64;
+
+/// Compiled grammars at their start state, keyed by the spec's JSON, least recently used
+/// evicted first. A hit is forked, never advanced.
+#[derive(Default)]
+struct GrammarCache {
+    entries: HashMap<String, (Constraint, u64)>,
+    clock: u64,
+}
+
+impl GrammarCache {
+    fn fork(&mut self, key: &str) -> Option<Constraint> {
+        self.clock += 1;
+        let (template, used) = self.entries.get_mut(key)?;
+        *used = self.clock;
+        Some(template.fork())
+    }
+
+    fn insert(&mut self, key: String, template: Constraint) {
+        if self.entries.len() >= GRAMMAR_CACHE_ENTRIES && !self.entries.contains_key(&key) {
+            let oldest = self.entries.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                self.entries.remove(&oldest);
+            }
+        }
+        self.clock += 1;
+        self.entries.insert(key, (template, self.clock));
+    }
 }
 
 impl std::fmt::Debug for StructuredBackend {
@@ -51,7 +88,14 @@ impl StructuredBackend {
         // Verbose errors append the parser state (all text generated so far) and a dump of the
         // grammar to every runtime error: too much for a client-facing message or a log line.
         factory.limits_mut().verbose_errors = false;
-        Ok(Self { inner: Arc::new(Inner { factory, vocab_size, eos_token_ids }) })
+        let inner = Inner {
+            factory,
+            vocab_size,
+            eos_token_ids,
+            cache: Mutex::new(GrammarCache::default()),
+            compiled: AtomicU64::new(0),
+        };
+        Ok(Self { inner: Arc::new(inner) })
     }
 
     /// Length of the masks this backend produces (the logits row length).
@@ -66,8 +110,33 @@ impl StructuredBackend {
 
     /// Validates and compiles; an invalid or unsupported schema/regex/grammar is an error
     /// naming the problem (the HTTP 400 path). Never panics: llguidance panics are caught
-    /// and reported as errors.
+    /// and reported as errors. A spec compiled before is forked from the cache instead.
     pub fn compile(&self, spec: &StructuredOutput) -> Result<Constraint, StructuredError> {
+        let key = serde_json::to_string(spec).map_err(|e| StructuredError::Internal(format!("spec key: {e}")))?;
+        if let Some(hit) = self.cache().fork(&key) {
+            return Ok(hit);
+        }
+        let started = std::time::Instant::now();
+        let template = self.compile_uncached(spec)?;
+        self.inner.compiled.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(kind = spec.kind(), bytes = key.len(), elapsed = ?started.elapsed(), "grammar compiled");
+        let constraint = template.fork();
+        self.cache().insert(key, template);
+        Ok(constraint)
+    }
+
+    /// Grammars compiled so far (specs not found in the cache).
+    pub fn grammars_compiled(&self) -> u64 {
+        self.inner.compiled.load(Ordering::Relaxed)
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, GrammarCache> {
+        // A panic while holding the lock cannot leave the map half-updated in a way that
+        // matters: entries are whole values.
+        self.inner.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn compile_uncached(&self, spec: &StructuredOutput) -> Result<Constraint, StructuredError> {
         let grammar = to_grammar(spec)?;
         let factory = &self.inner.factory;
         // Matcher::new also starts the parser, outside llguidance's own panic guard.
@@ -145,10 +214,40 @@ fn compact_schema(schema: Value) -> Result<Value, StructuredError> {
     };
     opts.whitespace_flexible = false;
     opts.whitespace_pattern = None;
+    drop_unknown_formats(&mut obj);
     let opts =
         serde_json::to_value(&opts).map_err(|e| StructuredError::Internal(format!("x-guidance options: {e}")))?;
     obj.insert("x-guidance".into(), opts);
     Ok(Value::Object(obj))
+}
+
+/// The `format` values llguidance enforces (its `json/formats.rs`).
+pub(super) const KNOWN_FORMATS: [&str; 10] =
+    ["date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid", "uri"];
+
+/// Removes `format` keywords naming a format llguidance does not know. From JSON Schema
+/// 2019-09 on, `format` is an annotation unless a schema asks for the format-assertion
+/// vocabulary, and an implementation must not fail on an unknown one; llguidance refuses the
+/// schema instead. Known formats stay enforced. Values that are data, not schemas (`const`,
+/// `enum`, `default`, `examples`), are left alone.
+fn drop_unknown_formats(schema: &mut serde_json::Map<String, Value>) {
+    if schema.get("format").and_then(Value::as_str).is_some_and(|f| !KNOWN_FORMATS.contains(&f)) {
+        schema.remove("format");
+    }
+    for (key, value) in schema.iter_mut() {
+        if matches!(key.as_str(), "const" | "enum" | "default" | "examples" | "x-guidance") {
+            continue;
+        }
+        drop_unknown_formats_in(value);
+    }
+}
+
+fn drop_unknown_formats_in(value: &mut Value) {
+    match value {
+        Value::Object(o) => drop_unknown_formats(o),
+        Value::Array(items) => items.iter_mut().for_each(drop_unknown_formats_in),
+        _ => {}
+    }
 }
 
 #[cfg(test)]

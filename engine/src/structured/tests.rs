@@ -210,3 +210,60 @@ fn mask_covers_ids_past_the_tokenizer() {
     let pick = m.argmax_allowed(&logits).unwrap();
     assert!(m.allows(pick) && !tok.is_special(pick));
 }
+
+#[test]
+fn unknown_formats_are_annotations_and_known_ones_are_enforced() {
+    let Some(b) = backend() else { return };
+    // Every format kept as a constraint is one llguidance enforces.
+    for format in super::backend::KNOWN_FORMATS {
+        b.compile(&StructuredOutput::JsonSchema(json!({"type": "string", "format": format})))
+            .unwrap_or_else(|e| panic!("format {format}: {e}"));
+    }
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "topic": {"type": "string", "format": "topic", "maxLength": 6},
+            "day": {"type": "string", "format": "date"},
+            "kind": {"const": {"format": "not-a-schema"}}
+        },
+        "required": ["topic", "day", "kind"],
+        "additionalProperties": false
+    });
+    let date = regex::Regex::new(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$").unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    for seed in 0..super::tests_walk::WALKS {
+        let text = super::tests_walk::walk(&StructuredOutput::JsonSchema(schema.clone()), seed);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        assert!(validator.is_valid(&v), "{text:?}");
+        // The const's data keeps its `format` key: only schema keywords are dropped.
+        assert_eq!(v["kind"], json!({"format": "not-a-schema"}), "{text:?}");
+        assert!(date.is_match(v["day"].as_str().unwrap()), "the known format stays enforced: {text:?}");
+    }
+}
+
+#[test]
+fn a_spec_compiled_before_is_forked_from_the_cache() {
+    let Some(tok) = tokenizer() else { return };
+    let b = StructuredBackend::new(tok, tok.vocab_size).unwrap();
+    let spec = StructuredOutput::JsonSchema(person_schema());
+    let mut first = b.compile(&spec).unwrap();
+    assert_eq!(b.grammars_compiled(), 1);
+    // Advance the first copy: the cached grammar must stay at its start.
+    let open = tok.encode("{\"name\":\"", false).unwrap();
+    for &id in &open {
+        first.commit(id).unwrap();
+    }
+    let mut second = b.compile(&spec).unwrap();
+    assert_eq!(b.grammars_compiled(), 1, "the same spec compiles once");
+    let word = tok.encode("Ada", false).unwrap()[0];
+    assert!(first.mask().unwrap().allows(word), "inside the name's string");
+    assert!(second.mask().unwrap().allows(open[0]) && !second.mask().unwrap().allows(word), "at the start");
+    let space = tok.encode(" ", false).unwrap()[0];
+    assert!(!second.mask().unwrap().allows(space), "a fork has the compiled grammar, compact JSON");
+    // Another spec is another grammar; an invalid one is not cached as anything.
+    b.compile(&StructuredOutput::Regex("[0-9]+".into())).unwrap();
+    assert_eq!(b.grammars_compiled(), 2);
+    assert!(b.compile(&StructuredOutput::Regex("(".into())).is_err());
+    assert!(b.compile(&StructuredOutput::Regex("(".into())).is_err());
+    assert_eq!(b.grammars_compiled(), 2);
+}

@@ -65,3 +65,30 @@ fn report_compile_and_mask_time() {
         );
     }
 }
+
+/// A schema the size of a long tool list (about 50 KB), compiled cold then from the cache.
+#[test]
+fn report_grammar_cache() {
+    let Some(tok) = tokenizer() else { return };
+    let b = StructuredBackend::new(tok, tok.vocab_size).unwrap();
+    let properties: serde_json::Map<String, serde_json::Value> = (0..300)
+        .map(|i| {
+            let schema = match i % 3 {
+                0 => serde_json::json!({"type": "string", "pattern": format!("^[a-z]{{1,{}}}-[0-9]+$", i % 9 + 1), "description": "x".repeat(60)}),
+                1 => serde_json::json!({"type": "integer", "minimum": -(i as i64), "maximum": i * 7}),
+                _ => serde_json::json!({"enum": [format!("v{i}"), format!("w{i}"), i]}),
+            };
+            (format!("field_{i}"), schema)
+        })
+        .collect();
+    let schema = serde_json::json!({"type": "object", "properties": properties, "additionalProperties": false});
+    let spec = StructuredOutput::JsonSchema(schema.clone());
+    let bytes = schema.to_string().len();
+    let t = Instant::now();
+    let _cold = b.compile(&spec).unwrap();
+    let cold = t.elapsed();
+    let t = Instant::now();
+    let _warm = b.compile(&spec).unwrap();
+    let warm = t.elapsed();
+    eprintln!("structured timing [{bytes} B schema]: compile {cold:?}, again from the cache {warm:?}");
+}
