@@ -97,6 +97,11 @@ pub enum Event {
         /// ended any other way (EOS, a stop token id, the length limit).
         #[serde(default)]
         stop_string: Option<String>,
+        /// A JSON schema output whose grammar does not enforce the whole schema
+        /// (`StructuredOutput::JsonSchema`), ended by its grammar: the validator's errors
+        /// against the whole schema, empty when valid. `None` when nothing was checked.
+        #[serde(default)]
+        schema_errors: Option<Vec<String>>,
     },
 }
 

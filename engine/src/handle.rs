@@ -42,6 +42,9 @@ pub struct GenerationOutput {
     /// The stop string that ended the output, from `Event::Finished`.
     #[serde(default)]
     pub stop_string: Option<String>,
+    /// The schema check of `Event::Finished`.
+    #[serde(default)]
+    pub schema_errors: Option<Vec<String>>,
 }
 
 impl RequestHandle {
@@ -109,6 +112,7 @@ impl RequestHandle {
             strategy_stats: None,
             prompt_logprobs: Vec::new(),
             stop_string: None,
+            schema_errors: None,
         }
     }
 
@@ -130,7 +134,8 @@ impl GenerationOutput {
                 self.tokens.extend(tokens);
                 self.text.push_str(&text);
             }
-            Event::Finished { reason, error, strategy_stats, cached_tokens, stop_string, .. } => {
+            Event::Finished { reason, error, strategy_stats, cached_tokens, stop_string, schema_errors, .. } => {
+                self.schema_errors = schema_errors;
                 self.finish_reason = reason;
                 self.stop_string = stop_string;
                 self.cached_tokens = cached_tokens;

@@ -136,7 +136,13 @@ impl RequestState {
     /// Sends the final event with the counts the scheduler's sequence kept (`Default` for a
     /// request that never reached it), freeing the request's in-flight slot first: whoever
     /// sees the event may read `Engine::in_flight` and must find the request gone.
-    pub fn finish(self, reason: FinishReason, error: Option<String>, counts: SequenceCounts) {
+    pub fn finish(
+        self,
+        reason: FinishReason,
+        error: Option<String>,
+        counts: SequenceCounts,
+        schema_errors: Option<Vec<String>>,
+    ) {
         let Self { in_flight, sender, strategy, num_prompt_tokens, matched_stop, .. } = self;
         drop(in_flight);
         let _ = sender.send(Event::Finished {
@@ -147,6 +153,7 @@ impl RequestState {
             error,
             strategy_stats: strategy.summary(),
             stop_string: matched_stop,
+            schema_errors,
         });
     }
 }

@@ -412,4 +412,44 @@ fn unknown_keys_inside_typed_parts_are_refused_by_their_path() {
         let text = constrained(what, "Is the sky blue?", form);
         assert!(language.is_match(&text), "{what}: {text:?} is outside the grammar");
     }
+
+    // A keyword no grammar can enforce: refused under OpenAI's `strict`, else decoded under
+    // the rest of the schema and checked after, the verdict on the choice, whole or streamed.
+    let schema =
+        json!({ "type": "array", "items": { "enum": ["x", "y"] }, "minItems": 2, "maxItems": 2, "uniqueItems": true });
+    let format = |strict: bool| json!({ "type": "json_schema", "json_schema": { "name": "pair", "schema": schema, "strict": strict } });
+    let response = server.post_json("/v1/completions", &json!({ "prompt": "x", "response_format": format(true) }));
+    assert_eq!(response.status, 400, "{}", response.text());
+    assert!(response.text().contains("uniqueItems"), "{}", response.text());
+    let checks_before = server.metric("entrobatch_structured_output_schema_checks_total");
+    let mut verdicts = std::collections::HashSet::new();
+    for seed in 0..6 {
+        for stream in [false, true] {
+            let body = json!({ "prompt": "Two letters:", "max_tokens": 20, "seed": seed, "temperature": 5, "stream": stream, "response_format": format(false) });
+            let response = server.post_json("/v1/completions", &body);
+            assert_eq!(response.status, 200, "{}", response.text());
+            let (text, errors) = if stream {
+                let chunks: Vec<Value> = response
+                    .sse_data()
+                    .iter()
+                    .filter(|d| *d != "[DONE]")
+                    .map(|d| serde_json::from_str(d).unwrap())
+                    .collect();
+                let text: String = chunks.iter().filter_map(|c| c["choices"][0]["text"].as_str()).collect();
+                let last =
+                    chunks.iter().rev().find(|c| !c["choices"][0]["finish_reason"].is_null()).expect("closing chunk");
+                (text, last["choices"][0]["schema_errors"].clone())
+            } else {
+                let choice = response.json()["choices"][0].clone();
+                (choice["text"].as_str().unwrap().to_string(), choice["schema_errors"].clone())
+            };
+            let items: Vec<String> = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            let unique = items[0] != items[1];
+            let errors = errors.as_array().unwrap_or_else(|| panic!("no schema_errors for {text:?}")).clone();
+            assert_eq!(errors.is_empty(), unique, "{text:?}: {errors:?}");
+            verdicts.insert(unique);
+        }
+    }
+    assert_eq!(verdicts.len(), 2, "the sampled pairs should include a repeat and a unique one");
+    assert_eq!(server.metric("entrobatch_structured_output_schema_checks_total") - checks_before, 12.0);
 }

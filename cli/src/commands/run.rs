@@ -77,8 +77,14 @@ pub struct RunArgs {
     #[arg(long)]
     pub show_metrics: bool,
     /// Constrain the output to the JSON Schema in this file (structured output).
+    /// Keywords a grammar cannot enforce (`uniqueItems`, `not`, ...) are checked on the
+    /// finished output, and the verdict printed.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["regex", "choice"])]
     pub json_schema: Option<PathBuf>,
+    /// With `--json-schema`: refuse a schema whose keywords the grammar cannot all enforce
+    /// (OpenAI's `strict: true`).
+    #[arg(long, requires = "json_schema")]
+    pub strict: bool,
     /// Constrain the output to this regular expression.
     #[arg(long, conflicts_with = "choice")]
     pub regex: Option<String>,
@@ -107,7 +113,11 @@ fn structured_output(args: &RunArgs) -> Result<Option<StructuredOutput>> {
     if let Some(path) = &args.json_schema {
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
         let schema = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
-        return Ok(Some(StructuredOutput::JsonSchema(schema)));
+        return Ok(Some(if args.strict {
+            StructuredOutput::StrictJsonSchema(schema)
+        } else {
+            StructuredOutput::JsonSchema(schema)
+        }));
     }
     if let Some(regex) = &args.regex {
         return Ok(Some(StructuredOutput::Regex(regex.clone())));
@@ -248,8 +258,13 @@ pub fn run(args: RunArgs) -> Result<()> {
                     out.flush()?;
                 }
                 Event::PromptLogprobs(_) => {}
-                Event::Finished { reason, error, strategy_stats, .. } => {
+                Event::Finished { reason, error, strategy_stats, schema_errors, .. } => {
                     writeln!(out)?;
+                    match schema_errors.as_deref() {
+                        Some([]) => writeln!(out, "[schema: checked after decoding, valid]")?,
+                        Some(errors) => eprintln!("the output does not satisfy the schema: {}", errors.join("; ")),
+                        None => {}
+                    }
                     let per_forward = strategy_stats.as_ref().and_then(|s| s.get("tokens_per_forward")?.as_f64());
                     if let (StrategyName::Wedlm, Some(per)) = (args.strategy, per_forward) {
                         writeln!(out, "[wedlm: {per:.2} tokens per forward for this request]")?;

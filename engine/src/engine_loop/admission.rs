@@ -107,7 +107,7 @@ impl Admission {
             }
             Err(e) => {
                 live.metrics.requests_rejected.fetch_add(1, Ordering::Relaxed);
-                state.finish(FinishReason::Error, Some(e.to_string()), SequenceCounts::default());
+                state.finish(FinishReason::Error, Some(e.to_string()), SequenceCounts::default(), None);
             }
         }
     }
@@ -147,5 +147,6 @@ pub(super) fn refuse(req: PendingRequest, why: &str) {
         error: Some(why.into()),
         strategy_stats: None,
         stop_string: None,
+        schema_errors: None,
     });
 }

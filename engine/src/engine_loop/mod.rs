@@ -138,7 +138,7 @@ impl EngineLoop {
         self.admission.abort_all_followers();
         for (id, state) in self.requests.drain() {
             let counts = self.scheduler.get(id).map(SequenceCounts::of).unwrap_or_default();
-            state.finish(FinishReason::Abort, Some("engine shut down".into()), counts);
+            state.finish(FinishReason::Abort, Some("engine shut down".into()), counts, None);
         }
         // Submissions still queued in the channel never started: end their streams too.
         while let Ok(cmd) = self.commands.try_recv() {
@@ -387,8 +387,16 @@ impl EngineLoop {
             self.scheduler.abort(id);
         }
         if let Some(state) = self.requests.remove(&id) {
+            let mut schema_errors = None;
             if let Some(constraint) = &state.constraint {
                 self.metrics.record_grammar_masks(constraint.mask_stats());
+                // Only an output its grammar ended is whole; a cut one fails for that alone.
+                if reason == FinishReason::Stop {
+                    schema_errors = constraint.check_output(&self.tokenizer);
+                    if let Some(errors) = &schema_errors {
+                        self.metrics.record_schema_check(errors.is_empty());
+                    }
+                }
             }
             self.metrics.requests_finished[reason.index()].fetch_add(1, Ordering::Relaxed);
             let generated = counts.completion_tokens;
@@ -396,7 +404,7 @@ impl EngineLoop {
             // Whoever sees the final event may read the gauges: they must already show the
             // blocks freed (a few atomic stores).
             self.publish_gauges();
-            state.finish(reason, error, counts);
+            state.finish(reason, error, counts, schema_errors);
         }
         self.admit_followers_of(id);
     }

@@ -40,6 +40,10 @@ pub struct EngineMetrics {
     /// Structured-output masks computed by finished requests, and the time they took.
     pub grammar_masks: AtomicU64,
     pub grammar_mask_nanos: AtomicU64,
+    /// JSON schema outputs checked after decoding (their grammar could not enforce the whole
+    /// schema), and those of them the check found invalid.
+    pub schema_checks: AtomicU64,
+    pub schema_checks_failed: AtomicU64,
     pub wedlm: WedlmMetrics,
     pub requests: RequestMetrics,
     pub time_to_first_token: Histogram,
@@ -63,6 +67,8 @@ impl Default for EngineMetrics {
             prompt_tokens: AtomicU64::new(0),
             grammar_masks: AtomicU64::new(0),
             grammar_mask_nanos: AtomicU64::new(0),
+            schema_checks: AtomicU64::new(0),
+            schema_checks_failed: AtomicU64::new(0),
             output_tokens: AtomicU64::new(0),
             steps: AtomicU64::new(0),
             step_errors: AtomicU64::new(0),
@@ -112,6 +118,13 @@ impl EngineMetrics {
     }
 
     /// Mean time to compute one structured-output mask, in seconds; None before any.
+    pub fn record_schema_check(&self, valid: bool) {
+        self.schema_checks.fetch_add(1, Ordering::Relaxed);
+        if !valid {
+            self.schema_checks_failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     pub fn mean_grammar_mask_seconds(&self) -> Option<f64> {
         let count = self.grammar_masks.load(Ordering::Relaxed);
         (count > 0).then(|| self.grammar_mask_nanos.load(Ordering::Relaxed) as f64 * 1e-9 / count as f64)
@@ -178,6 +191,21 @@ impl EngineMetrics {
         let seconds = self.grammar_mask_nanos.load(Ordering::Relaxed) as f64 * 1e-9;
         let _ = writeln!(out, "# HELP {name} Time spent computing structured-output masks.");
         let _ = writeln!(out, "# TYPE {name} counter\n{name} {seconds}");
+        let checks: [(&str, &str, &AtomicU64); 2] = [
+            (
+                "entrobatch_structured_output_schema_checks_total",
+                "JSON schema outputs checked after decoding because their grammar could not enforce the whole schema.",
+                &self.schema_checks,
+            ),
+            (
+                "entrobatch_structured_output_schema_check_failures_total",
+                "Checked JSON schema outputs that did not satisfy the schema.",
+                &self.schema_checks_failed,
+            ),
+        ];
+        for (name, help, c) in checks {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", g(c));
+        }
         let mti: [(&str, &str, &AtomicU64); 2] = [
             ("entrobatch_mti_tokens_total", "Tokens decoded with MTI guidance active.", &self.mti_tokens),
             (

@@ -12,7 +12,7 @@ use llguidance::{JsonCompileOptions, Matcher, ParserFactory};
 use serde_json::{json, Value};
 use toktrie::{TokEnv, TokenizerEnv};
 
-use super::constraint::{clean, Constraint};
+use super::constraint::{clean, Constraint, SchemaCheck};
 use super::gbnf::gbnf_to_lark;
 use super::spec::{StructuredError, StructuredOutput};
 use super::vocab::GgufTokEnv;
@@ -148,10 +148,19 @@ impl StructuredBackend {
         if let Some(e) = matcher.get_error() {
             return Err(spec.compile_error(clean(e)));
         }
-        for w in matcher.grammar_warnings() {
+        let warnings = matcher.grammar_warnings();
+        for w in &warnings {
             tracing::debug!(kind = spec.kind(), "structured output grammar warning: {w}");
         }
-        Ok(Constraint::new(matcher, self.inner.vocab_size, self.inner.eos_token_ids.clone()))
+        let check = match spec {
+            StructuredOutput::JsonSchema(schema) | StructuredOutput::StrictJsonSchema(schema)
+                if !warnings.is_empty() =>
+            {
+                Some(Arc::new(SchemaCheck::new(schema, warnings)?))
+            }
+            _ => None,
+        };
+        Ok(Constraint::new(matcher, self.inner.vocab_size, self.inner.eos_token_ids.clone()).with_check(check))
     }
 }
 
@@ -164,8 +173,15 @@ const _: () = {
 /// The llguidance grammar for a spec.
 fn to_grammar(spec: &StructuredOutput) -> Result<TopLevelGrammar, StructuredError> {
     Ok(match spec {
-        StructuredOutput::JsonObject => TopLevelGrammar::from_json_schema(compact_schema(json!({"type": "object"}))?),
-        StructuredOutput::JsonSchema(schema) => TopLevelGrammar::from_json_schema(compact_schema(schema.clone())?),
+        StructuredOutput::JsonObject => {
+            TopLevelGrammar::from_json_schema(compact_schema(json!({"type": "object"}), Strictness::Strict)?)
+        }
+        StructuredOutput::JsonSchema(schema) => {
+            TopLevelGrammar::from_json_schema(compact_schema(schema.clone(), Strictness::BestEffort)?)
+        }
+        StructuredOutput::StrictJsonSchema(schema) => {
+            TopLevelGrammar::from_json_schema(compact_schema(schema.clone(), Strictness::Strict)?)
+        }
         StructuredOutput::Regex(rx) => {
             // regex_to_lark only rewrites text, but it is not ours: guard it too.
             let rx = rx.clone();
@@ -190,12 +206,19 @@ pub(crate) fn choice_grammar(options: &[String]) -> String {
     format!("start: {}\n", alts.join(" | "))
 }
 
+/// What a keyword the grammar cannot enforce does: refused, or left to the check after.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Strictness {
+    Strict,
+    BestEffort,
+}
+
 /// The schema with llguidance's JSON options set for compact output: no whitespace between
 /// tokens. llguidance's default (`whitespace_flexible`) allows any run of whitespace wherever
 /// JSON does, and a model sampled at temperature 1 can then emit whitespace until max_tokens.
-/// Other llguidance options a client put in `x-guidance` (e.g. separators, `lenient`) are
-/// kept; whitespace settings are not.
-fn compact_schema(schema: Value) -> Result<Value, StructuredError> {
+/// Other llguidance options a client put in `x-guidance` (e.g. separators) are kept;
+/// whitespace settings are not, and `lenient` and `coerce_one_of` follow the strictness.
+fn compact_schema(schema: Value, strictness: Strictness) -> Result<Value, StructuredError> {
     let mut obj = match schema {
         Value::Object(o) => o,
         // `true` is the schema that accepts any JSON value.
@@ -214,6 +237,10 @@ fn compact_schema(schema: Value) -> Result<Value, StructuredError> {
     };
     opts.whitespace_flexible = false;
     opts.whitespace_pattern = None;
+    // `oneOf` as `anyOf`, as llama.cpp and most grammar engines decode it; the output is
+    // checked against the real `oneOf` afterwards (llguidance warns, so a check is attached).
+    opts.coerce_one_of = true;
+    opts.lenient = strictness == Strictness::BestEffort;
     drop_unknown_formats(&mut obj);
     let opts =
         serde_json::to_value(&opts).map_err(|e| StructuredError::Internal(format!("x-guidance options: {e}")))?;
@@ -262,19 +289,26 @@ mod tests {
 
     #[test]
     fn compact_schema_forces_whitespace_off() {
-        let s = compact_schema(json!({
-            "type": "object",
-            "x-guidance": {"whitespace_flexible": true, "whitespace_pattern": " +", "lenient": true}
-        }))
+        let s = compact_schema(
+            json!({
+                "type": "object",
+                "x-guidance": {"whitespace_flexible": true, "whitespace_pattern": " +", "lenient": true}
+            }),
+            Strictness::Strict,
+        )
         .unwrap();
         let g = &s["x-guidance"];
         assert_eq!(g["whitespace_flexible"], json!(false));
         assert_eq!(g["whitespace_pattern"], Value::Null);
-        assert_eq!(g["lenient"], json!(true));
+        assert_eq!(g["lenient"], json!(false), "strictness decides");
+        assert_eq!(g["coerce_one_of"], json!(true));
         assert_eq!(s["type"], json!("object"));
-        assert!(matches!(compact_schema(json!(false)), Err(StructuredError::InvalidSchema(_))));
-        assert!(matches!(compact_schema(json!(3)), Err(StructuredError::InvalidSchema(_))));
-        assert!(matches!(compact_schema(json!({"x-guidance": {"bogus": 1}})), Err(StructuredError::InvalidSchema(_))));
-        assert_eq!(compact_schema(json!(true)).unwrap().as_object().unwrap().len(), 1);
+        assert!(matches!(compact_schema(json!(false), Strictness::Strict), Err(StructuredError::InvalidSchema(_))));
+        assert!(matches!(compact_schema(json!(3), Strictness::Strict), Err(StructuredError::InvalidSchema(_))));
+        assert!(matches!(
+            compact_schema(json!({"x-guidance": {"bogus": 1}}), Strictness::Strict),
+            Err(StructuredError::InvalidSchema(_))
+        ));
+        assert_eq!(compact_schema(json!(true), Strictness::BestEffort).unwrap().as_object().unwrap().len(), 1);
     }
 }

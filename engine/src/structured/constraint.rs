@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use entrobatch_model_runner::Tokenizer;
 use entrobatch_sampler::TokenMask;
 use llguidance::Matcher;
 
@@ -21,6 +22,26 @@ pub struct Constraint {
     ended: bool,
     mask_time: Duration,
     mask_count: u64,
+    /// Set when the grammar does not enforce the whole schema: the finished output is
+    /// checked against it.
+    check: Option<Arc<SchemaCheck>>,
+    /// The committed text tokens, kept only for `check`.
+    committed: Vec<u32>,
+}
+
+/// What a best-effort JSON schema grammar left out, and the validator of the whole schema.
+pub(crate) struct SchemaCheck {
+    validator: jsonschema::Validator,
+    /// llguidance's warnings: the keywords it could not enforce.
+    pub(crate) unenforced: Vec<String>,
+}
+
+impl SchemaCheck {
+    pub(crate) fn new(schema: &serde_json::Value, unenforced: Vec<String>) -> Result<Self, StructuredError> {
+        let validator = jsonschema::validator_for(schema)
+            .map_err(|e| StructuredError::InvalidSchema(format!("the schema cannot be validated: {e}")))?;
+        Ok(Self { validator, unenforced })
+    }
 }
 
 impl std::fmt::Debug for Constraint {
@@ -44,14 +65,52 @@ impl Constraint {
             ended: false,
             mask_time: Duration::ZERO,
             mask_count: 0,
+            check: None,
+            committed: Vec::new(),
         }
+    }
+
+    pub(crate) fn with_check(mut self, check: Option<Arc<SchemaCheck>>) -> Self {
+        self.check = check;
+        self
+    }
+
+    /// Keywords of the schema the grammar does not enforce (empty when it enforces all).
+    pub fn unenforced(&self) -> &[String] {
+        self.check.as_ref().map_or(&[], |c| &c.unenforced)
+    }
+
+    /// For a grammar that does not enforce its whole schema, the finished output checked
+    /// against it: `Some` of the validator's errors, empty when the output is valid; `None`
+    /// when nothing needs checking.
+    pub fn check_output(&self, tokenizer: &Tokenizer) -> Option<Vec<String>> {
+        let check = self.check.as_ref()?;
+        let text = match tokenizer.decode(&self.committed, true) {
+            Ok(text) => text,
+            Err(e) => return Some(vec![format!("the output could not be decoded: {e}")]),
+        };
+        let value: serde_json::Value = match serde_json::from_str(&text) {
+            Ok(v) => v,
+            Err(e) => return Some(vec![format!("the output is not JSON: {e}")]),
+        };
+        let at = |path: String| if path.is_empty() { "the output".to_string() } else { format!("`{path}`") };
+        Some(
+            check
+                .validator
+                .iter_errors(&value)
+                .map(|e| format!("{}: {e}", at(e.instance_path().to_string())))
+                .collect(),
+        )
     }
 
     /// An independent copy at this constraint's state, without compiling the grammar again
     /// (llguidance's `deep_clone`: the parser and its lexer caches); the copy's mask timings
     /// start at zero.
     pub(crate) fn fork(&self) -> Self {
-        Self::new(self.matcher.deep_clone(), self.mask.len(), self.eos_token_ids.clone())
+        let mut copy = Self::new(self.matcher.deep_clone(), self.mask.len(), self.eos_token_ids.clone());
+        copy.check = self.check.clone();
+        copy.committed = self.committed.clone();
+        copy
     }
 
     /// Allowed next tokens over the full logits row; cached until the next commit. Every EOS
@@ -143,6 +202,8 @@ impl Constraint {
         self.mask_valid = false;
         if is_eos {
             self.ended = true;
+        } else if self.check.is_some() {
+            self.committed.push(token_id);
         }
         Ok(())
     }

@@ -5,15 +5,23 @@ use serde_json::Value;
 
 /// A constraint on the generated text.
 ///
-/// Serialized externally tagged in snake_case: `"json_object"`, `{"json_schema": {..}}`,
+/// Serialized externally tagged in snake_case: `"json_object"`, `{"json_schema": {..}}`, `{"strict_json_schema": {..}}`,
 /// `{"regex": ".."}`, `{"choice": ["a", "b"]}`, `{"lark": ".."}`, `{"gbnf": ".."}`.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StructuredOutput {
     /// Any JSON object (OpenAI `response_format: {"type": "json_object"}`).
     JsonObject,
-    /// A JSON Schema (OpenAI `response_format: {"type": "json_schema"}`).
+    /// A JSON Schema (OpenAI `response_format: {"type": "json_schema"}`), best effort as
+    /// OpenAI has it without `strict`: every keyword a grammar can enforce is enforced, the
+    /// others (`not`, `uniqueItems`, `if`/`then`, ...; `oneOf` becomes `anyOf`) are checked
+    /// on the finished output by a JSON Schema validator, whose verdict comes with the
+    /// `Finished` event.
     JsonSchema(Value),
+    /// A JSON Schema with OpenAI's `strict: true`: a keyword the grammar cannot enforce is
+    /// refused ([`StructuredError::InvalidSchema`] naming it); `oneOf` is decoded as `anyOf`
+    /// and the output checked, as above.
+    StrictJsonSchema(Value),
     /// A regular expression (Rust `regex` syntax) the whole output must match.
     Regex(String),
     /// Exactly one of these strings.
@@ -30,6 +38,7 @@ impl StructuredOutput {
         match self {
             StructuredOutput::JsonObject => "json_object",
             StructuredOutput::JsonSchema(_) => "json_schema",
+            StructuredOutput::StrictJsonSchema(_) => "strict_json_schema",
             StructuredOutput::Regex(_) => "regex",
             StructuredOutput::Choice(_) => "choice",
             StructuredOutput::Lark(_) => "lark",
@@ -40,7 +49,9 @@ impl StructuredOutput {
     /// Wraps a compile error from llguidance in the variant that names what was wrong.
     pub(crate) fn compile_error(&self, msg: String) -> StructuredError {
         match self {
-            StructuredOutput::JsonObject | StructuredOutput::JsonSchema(_) => StructuredError::InvalidSchema(msg),
+            StructuredOutput::JsonObject | StructuredOutput::JsonSchema(_) | StructuredOutput::StrictJsonSchema(_) => {
+                StructuredError::InvalidSchema(msg)
+            }
             StructuredOutput::Regex(_) => StructuredError::InvalidRegex(msg),
             StructuredOutput::Choice(_) | StructuredOutput::Lark(_) | StructuredOutput::Gbnf(_) => {
                 StructuredError::InvalidGrammar(msg)

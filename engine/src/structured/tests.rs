@@ -267,3 +267,42 @@ fn a_spec_compiled_before_is_forked_from_the_cache() {
     assert!(b.compile(&StructuredOutput::Regex("(".into())).is_err());
     assert_eq!(b.grammars_compiled(), 2);
 }
+
+/// Feeds `text` then EOS; the schema check of the finished output.
+fn check_after(spec: &StructuredOutput, text: &str) -> (Vec<String>, Option<Vec<String>>) {
+    let tok = tokenizer().expect("tokenizer");
+    let mut c = compile(spec);
+    for id in tok.encode(text, false).unwrap() {
+        c.commit(id).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+    }
+    c.commit(tok.eos_token_ids[0]).unwrap();
+    (c.unenforced().to_vec(), c.check_output(tok))
+}
+
+#[test]
+fn keywords_a_grammar_cannot_enforce_are_checked_after_or_refused_under_strict() {
+    let Some(b) = backend() else { return };
+    let schema = json!({"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3, "uniqueItems": true});
+    let err = b.compile(&StructuredOutput::StrictJsonSchema(schema.clone())).unwrap_err();
+    assert!(matches!(&err, StructuredError::InvalidSchema(m) if m.contains("uniqueItems")), "{err}");
+    let spec = StructuredOutput::JsonSchema(schema);
+    let (unenforced, valid) = check_after(&spec, r#"["a","b"]"#);
+    assert!(unenforced.iter().any(|w| w.contains("uniqueItems")), "{unenforced:?}");
+    assert_eq!(valid, Some(vec![]));
+    // The grammar lets a repeat through; the check catches it.
+    let (_, invalid) = check_after(&spec, r#"["c","a","c"]"#);
+    let errors = invalid.expect("checked");
+    assert!(errors.len() == 1 && errors[0].contains("non-unique"), "{errors:?}");
+
+    // `oneOf` decodes as `anyOf`, strict or not, and the output is checked against `oneOf`.
+    let one_of = json!({"oneOf": [{"type": "integer", "minimum": 5}, {"type": "integer", "maximum": 10}]});
+    for spec in [StructuredOutput::StrictJsonSchema(one_of.clone()), StructuredOutput::JsonSchema(one_of)] {
+        assert_eq!(check_after(&spec, "3").1, Some(vec![]));
+        assert_eq!(check_after(&spec, "7").1.map(|e| e.len()), Some(1), "7 matches both");
+    }
+    // A schema the grammar enforces whole needs no check.
+    assert_eq!(
+        check_after(&StructuredOutput::JsonSchema(person_schema()), r#"{"name":"A","age":1,"tags":[]}"#).1,
+        None
+    );
+}

@@ -95,7 +95,16 @@ fn response_format(format: Value) -> Result<Option<StructuredOutput>, ApiError> 
             if let Some(key) = unknown_key(&spec, &["name", "schema", "strict", "description"]) {
                 return Err(bad(format!("unknown key `response_format.json_schema.{key}`")));
             }
+            let strict = match spec.remove("strict") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => b,
+                Some(_) => return Err(bad("`response_format.json_schema.strict` must be a boolean".into())),
+            };
             match spec.remove("schema") {
+                Some(schema) if strict => match json_schema("response_format", schema)? {
+                    StructuredOutput::JsonSchema(schema) => Ok(Some(StructuredOutput::StrictJsonSchema(schema))),
+                    other => Ok(Some(other)),
+                },
                 Some(schema) => json_schema("response_format", schema).map(Some),
                 // OpenAI allows a schema-less json_schema: any JSON object.
                 None => Ok(Some(StructuredOutput::JsonObject)),

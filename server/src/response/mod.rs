@@ -69,8 +69,10 @@ impl Usage {
     }
 }
 
-/// The per-token extension fields a choice carries after `finish_reason`: entrobatch's
-/// `token_metrics` and vLLM's `token_ids`, each present only when asked for.
+/// The extension fields a choice carries after `finish_reason`: entrobatch's
+/// `token_metrics` and vLLM's `token_ids`, each present only when asked for, and
+/// `schema_errors`, present when a JSON schema output was checked after decoding (its grammar
+/// could not enforce the whole schema): the validator's errors, empty when valid.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct TokenExtras {
     /// One entry per token, `null` for a token without metrics.
@@ -78,6 +80,8 @@ pub struct TokenExtras {
     pub token_metrics: Option<Vec<Option<Widened<TokenMetrics>>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token_ids: Option<Vec<u32>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema_errors: Option<Vec<String>>,
 }
 
 impl TokenExtras {
@@ -85,6 +89,7 @@ impl TokenExtras {
         Self {
             token_metrics: return_metrics.then(|| tokens.iter().map(|t| t.metrics.clone().map(Widened)).collect()),
             token_ids: return_token_ids.then(|| tokens.iter().map(|t| t.token_id).collect()),
+            schema_errors: None,
         }
     }
 }

@@ -24,7 +24,8 @@ pub trait StreamFormat: Send + 'static {
     /// Prompt log-probabilities, before any token (completions' `echo` and `prompt_logprobs`).
     fn on_prompt_logprobs(&mut self, _logprobs: Vec<PromptLogprob>) {}
     /// The closing chunk(s) carrying `finish_reason`.
-    fn on_finish(&mut self, reason: FinishReason) -> Vec<Self::Chunk>;
+    /// The closing chunks; `schema_errors` is the engine's check of a JSON schema output.
+    fn on_finish(&mut self, reason: FinishReason, schema_errors: Option<Vec<String>>) -> Vec<Self::Chunk>;
     /// The `choices: []` chunk carrying `usage` (`stream_options.include_usage`).
     fn usage_chunk(&self, usage: Usage) -> Self::Chunk;
     /// The chunk with every choice numbered `index` (formats number their choices 0).
@@ -116,7 +117,15 @@ impl<F: StreamFormat> SseState<F> {
                         return Self::indexed(chunks, index);
                     }
                 }
-                Some(Event::Finished { reason, prompt_tokens, cached_tokens, completion_tokens, error, .. }) => {
+                Some(Event::Finished {
+                    reason,
+                    prompt_tokens,
+                    cached_tokens,
+                    completion_tokens,
+                    error,
+                    schema_errors,
+                    ..
+                }) => {
                     choice.finished = true;
                     if reason == FinishReason::Error {
                         // One failed choice fails the response; dropping the rest aborts them.
@@ -130,7 +139,7 @@ impl<F: StreamFormat> SseState<F> {
                         if first_copy { cached_tokens } else { 0 },
                         completion_tokens,
                     );
-                    let mut chunks = Self::indexed(choice.format.on_finish(reason), index);
+                    let mut chunks = Self::indexed(choice.format.on_finish(reason, schema_errors), index);
                     if self.choices.iter().all(|c| c.finished) {
                         self.done = true;
                         if self.include_usage {

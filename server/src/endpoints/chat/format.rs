@@ -95,12 +95,16 @@ impl StreamFormat for ChatFormat {
         self.delta_chunks(split, tokens, false)
     }
 
-    fn on_finish(&mut self, reason: FinishReason) -> Vec<ChatCompletionChunk> {
+    fn on_finish(&mut self, reason: FinishReason, schema_errors: Option<Vec<String>>) -> Vec<ChatCompletionChunk> {
         let rest = self.split_finish();
         let mut chunks = self.delta_chunks(rest, &[], true);
         let called = self.tool_stream.as_ref().is_some_and(|s| s.calls_sent() > 0);
         let label = if called && reason == FinishReason::Stop { "tool_calls" } else { reason.as_str() };
-        let choice = ChatChunkChoice { finish_reason: Some(label), ..ChatChunkChoice::delta(Delta::default()) };
+        let choice = ChatChunkChoice {
+            finish_reason: Some(label),
+            extras: TokenExtras { schema_errors, ..TokenExtras::default() },
+            ..ChatChunkChoice::delta(Delta::default())
+        };
         chunks.push(self.chunk(vec![choice]));
         chunks
     }

@@ -19,6 +19,7 @@ use crate::response::collect::collect_choices;
 use crate::response::error::ApiError;
 use crate::response::format::{Extras, Frame};
 use crate::response::stream::sse_response;
+use crate::response::TokenExtras;
 use crate::state::AppState;
 
 pub async fn chat_completions(
@@ -100,7 +101,7 @@ fn chat_choice(
         message,
         logprobs: format.logprobs.then(|| chat_logprobs(&state.engine, &output.tokens)),
         finish_reason,
-        extras: format.extras.for_tokens(&output.tokens),
+        extras: TokenExtras { schema_errors: output.schema_errors.clone(), ..format.extras.for_tokens(&output.tokens) },
     }
 }
 

@@ -93,7 +93,7 @@ impl StreamFormat for CompletionFormat {
         self.scored.extend(logprobs);
     }
 
-    fn on_finish(&mut self, reason: FinishReason) -> Vec<CompletionChunk> {
+    fn on_finish(&mut self, reason: FinishReason, schema_errors: Option<Vec<String>>) -> Vec<CompletionChunk> {
         let mut chunks: Vec<CompletionChunk> = self.prompt_choice().map(|c| self.chunk(vec![c])).into_iter().collect();
         let choice = CompletionChoice {
             index: 0,
@@ -101,7 +101,7 @@ impl StreamFormat for CompletionFormat {
             logprobs: None,
             finish_reason: Some(reason.as_str()),
             prompt_logprobs: None,
-            extras: TokenExtras::default(),
+            extras: TokenExtras { schema_errors, ..TokenExtras::default() },
         };
         chunks.push(self.chunk(vec![choice]));
         chunks

@@ -122,7 +122,9 @@ pub async fn completions(
         format.scored = output.prompt_logprobs;
         let choice = format.prompt_choice().unwrap_or_else(|| format.choice(&[], ""));
         let choice = format.append(choice, &output.tokens, &output.text);
-        body_choices.push(CompletionChoice { index, finish_reason: Some(output.finish_reason.as_str()), ..choice });
+        let mut choice = CompletionChoice { index, finish_reason: Some(output.finish_reason.as_str()), ..choice };
+        choice.extras.schema_errors = output.schema_errors;
+        body_choices.push(choice);
         frame.get_or_insert(format.frame);
     }
     let Some(frame) = frame else { return Err(ApiError::internal("no choices")) };
