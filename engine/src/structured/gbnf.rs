@@ -215,10 +215,7 @@ impl Parser {
     }
 
     fn parse_count(&mut self) -> Result<Option<i32>, String> {
-        let start = self.pos;
-        while self.peek().is_some_and(|c| c.is_ascii_digit()) {
-            self.pos += 1;
-        }
+        let start = self.skip_while(|c| c.is_ascii_digit());
         if start == self.pos {
             return Ok(None);
         }
@@ -232,15 +229,8 @@ impl Parser {
     /// refuse outputs GBNF allows; single characters cannot overlap that way.
     fn parse_literal(&mut self) -> Result<String, String> {
         let mut chars = Vec::new();
-        loop {
-            match self.peek() {
-                None => return Err(self.error("unterminated string literal")),
-                Some('"') => {
-                    self.pos += 1;
-                    break;
-                }
-                Some(_) => chars.push(self.parse_char()?),
-            }
+        while !self.eat_close('"', "string literal")? {
+            chars.push(self.parse_char()?);
         }
         let quoted: Vec<String> = chars.iter().map(|c| Value::String(c.to_string()).to_string()).collect();
         Ok(match quoted.len() {
@@ -254,32 +244,36 @@ impl Parser {
     fn parse_class(&mut self) -> Result<String, String> {
         let negated = self.eat_str("^");
         let mut set = String::new();
-        loop {
-            match self.peek() {
-                None => return Err(self.error("unterminated character class")),
-                Some(']') => {
-                    self.pos += 1;
-                    break;
+        while !self.eat_close(']', "character class")? {
+            let lo = self.parse_char()?;
+            push_class_char(&mut set, lo);
+            if self.peek() == Some('-') && self.peek_at(1).is_some_and(|c| c != ']') {
+                self.pos += 1;
+                let hi = self.parse_char()?;
+                if hi < lo {
+                    return Err(self.error(&format!("character range {lo:?}-{hi:?} is reversed")));
                 }
-                Some(_) => {
-                    let lo = self.parse_char()?;
-                    push_class_char(&mut set, lo);
-                    if self.peek() == Some('-') && self.peek_at(1).is_some_and(|c| c != ']') {
-                        self.pos += 1;
-                        let hi = self.parse_char()?;
-                        if hi < lo {
-                            return Err(self.error(&format!("character range {lo:?}-{hi:?} is reversed")));
-                        }
-                        set.push('-');
-                        push_class_char(&mut set, hi);
-                    }
-                }
+                set.push('-');
+                push_class_char(&mut set, hi);
             }
         }
         match (set.is_empty(), negated) {
             (true, true) => Ok(ANY_CHAR.into()),
             (true, false) => Err(self.error("empty character class `[]` matches nothing")),
             (false, neg) => Ok(format!("/[{}{set}]/", if neg { "^" } else { "" })),
+        }
+    }
+
+    /// True (and past it) at `close`; false before any other character; an error naming the
+    /// unterminated `what` at the end of the grammar.
+    fn eat_close(&mut self, close: char, what: &str) -> Result<bool, String> {
+        match self.peek() {
+            None => Err(self.error(&format!("unterminated {what}"))),
+            Some(c) if c == close => {
+                self.pos += 1;
+                Ok(true)
+            }
+            Some(_) => Ok(false),
         }
     }
 
@@ -317,10 +311,7 @@ impl Parser {
     }
 
     fn parse_name(&mut self) -> Option<String> {
-        let start = self.pos;
-        while self.peek().is_some_and(is_word_char) {
-            self.pos += 1;
-        }
+        let start = self.skip_while(is_word_char);
         (self.pos > start).then(|| self.chars[start..self.pos].iter().collect())
     }
 
@@ -332,13 +323,20 @@ impl Parser {
                 ' ' | '\t' => self.pos += 1,
                 '\r' | '\n' if newline_ok => self.pos += 1,
                 '#' => {
-                    while self.peek().is_some_and(|c| c != '\n' && c != '\r') {
-                        self.pos += 1;
-                    }
+                    self.skip_while(|c| c != '\n' && c != '\r');
                 }
                 _ => break,
             }
         }
+    }
+
+    /// Moves past the characters that satisfy `keep`; returns where it started.
+    fn skip_while(&mut self, keep: impl Fn(char) -> bool) -> usize {
+        let start = self.pos;
+        while self.peek().is_some_and(&keep) {
+            self.pos += 1;
+        }
+        start
     }
 
     fn eat_str(&mut self, s: &str) -> bool {

@@ -101,10 +101,9 @@ fn response_format(format: Value) -> Result<Option<StructuredOutput>, ApiError> 
                 Some(_) => return Err(bad("`response_format.json_schema.strict` must be a boolean".into())),
             };
             match spec.remove("schema") {
-                Some(schema) if strict => match json_schema("response_format", schema)? {
-                    StructuredOutput::JsonSchema(schema) => Ok(Some(StructuredOutput::StrictJsonSchema(schema))),
-                    other => Ok(Some(other)),
-                },
+                Some(schema) if strict => {
+                    schema_value("response_format", schema).map(|s| Some(StructuredOutput::StrictJsonSchema(s)))
+                }
                 Some(schema) => json_schema("response_format", schema).map(Some),
                 // OpenAI allows a schema-less json_schema: any JSON object.
                 None => Ok(Some(StructuredOutput::JsonObject)),
@@ -164,8 +163,13 @@ fn grammar_spec(grammar: String) -> StructuredOutput {
     }
 }
 
-/// A schema given as an object, or as a JSON string holding one (vLLM accepts both).
+/// A best-effort schema (OpenAI's default, without `strict`), given as `schema_value` reads it.
 fn json_schema(field: &'static str, value: Value) -> Result<StructuredOutput, ApiError> {
+    schema_value(field, value).map(StructuredOutput::JsonSchema)
+}
+
+/// A schema given as an object, or as a JSON string holding one (vLLM accepts both).
+fn schema_value(field: &'static str, value: Value) -> Result<Value, ApiError> {
     let schema = match value {
         Value::String(text) => serde_json::from_str(&text)
             .map_err(|e| ApiError::invalid_param(field, format!("the JSON schema string does not parse: {e}")))?,
@@ -174,7 +178,7 @@ fn json_schema(field: &'static str, value: Value) -> Result<StructuredOutput, Ap
     if !(schema.is_object() || schema.is_boolean()) {
         return Err(ApiError::invalid_param(field, "a JSON schema must be an object"));
     }
-    Ok(StructuredOutput::JsonSchema(schema))
+    Ok(schema)
 }
 
 fn string(key: &str, v: Value) -> Result<String, ApiError> {

@@ -87,18 +87,22 @@ pub fn parse_tools(
     };
     if let Some(constraint) = constraint {
         if params.structured.is_some() {
-            let why = if generic.is_some() {
-                "this model's chat template cannot render tools, so its calls are a structured output of their \
-                 own: drop response_format"
+            let (param, why) = if generic.is_some() {
+                (
+                    "tool_choice",
+                    "this model's chat template cannot render tools, so its calls are a structured output of \
+                     their own: drop response_format",
+                )
             } else if strict_auto {
-                return Err(ApiError::invalid_param(
-                    "tools",
-                    "strict tools' calls are a structured output of their own: drop response_format or `strict`",
-                ));
+                ("tools", "strict tools' calls are a structured output of their own: drop response_format or `strict`")
             } else {
-                "a required tool call is itself a structured output: drop response_format or use tool_choice auto"
+                (
+                    "tool_choice",
+                    "a required tool call is itself a structured output: drop response_format or use tool_choice \
+                     auto",
+                )
             };
-            return Err(ApiError::invalid_param("tool_choice", why));
+            return Err(ApiError::invalid_param(param, why));
         }
         params.structured = Some(constraint);
     }
