@@ -3,6 +3,8 @@ use std::path::PathBuf;
 use entrobatch_model_runner::{AttentionKernel, KvDtype, MatmulMode};
 use entrobatch_scheduler::SchedulerConfig;
 
+use crate::structured::GrammarLimits;
+
 /// Everything `Engine::start` needs; defaults suit a 2-core CPU and a sub-1B model.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -35,6 +37,8 @@ pub struct EngineConfig {
     /// no bound, since an embedder paces its own submissions (an offline batch of thousands is
     /// normal). `entrobatch serve` always sets one (`serving_max_queued_requests`).
     pub max_queued_requests: Option<usize>,
+    /// Bounds on a structured output's grammar: its size and compile time.
+    pub grammar_limits: GrammarLimits,
     /// Test-only faults (tests/faults.rs; feature `faults`, never in a release build).
     #[cfg(feature = "faults")]
     #[doc(hidden)]
@@ -65,6 +69,7 @@ impl EngineConfig {
             kv_cache_dtype: None,
             attention_kernel: AttentionKernel::default(),
             max_queued_requests: None,
+            grammar_limits: GrammarLimits::default(),
             #[cfg(feature = "faults")]
             faults: Default::default(),
         }

@@ -103,8 +103,14 @@ impl Engine {
         let chat_template = ChatTemplate::for_tokenizer(&tokenizer)?;
         let tokenizer = Arc::new(tokenizer);
         let metrics = Arc::new(EngineMetrics::default());
-        let validation =
-            Validation::new(tokenizer.clone(), chat_template, model_config.clone(), limits, metrics.clone());
+        let validation = Validation::new(
+            tokenizer.clone(),
+            chat_template,
+            model_config.clone(),
+            limits,
+            config.grammar_limits,
+            metrics.clone(),
+        );
         let (commands, receiver) = crossbeam_channel::unbounded();
         let engine_loop = EngineLoop::new(scheduler, runner, tokenizer, metrics.clone(), receiver);
         #[cfg(feature = "faults")]

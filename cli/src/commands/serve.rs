@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use entrobatch::scheduler::SchedulerConfig;
+use entrobatch::structured::GrammarLimits;
 use entrobatch::{Engine, EngineConfig};
 use entrobatch_server::{serve_until_signal, GenerationConfig, GenerationDefaults, ServerConfig};
 
@@ -66,6 +67,14 @@ pub struct ServeArgs {
     /// out, under `--override-generation-config`. `none` ignores it (vLLM's flag).
     #[arg(long, value_name = "auto|none", default_value = "none")]
     pub generation_config: GenerationConfig,
+    /// Largest structured-output spec (schema, regex, grammar, tool list) in bytes; larger
+    /// ones get a 400 before any work.
+    #[arg(long, default_value_t = GrammarLimits::DEFAULT_MAX_SPEC_BYTES)]
+    pub max_grammar_bytes: usize,
+    /// Longest a request waits for its grammar to compile before a 400; the compile still
+    /// finishes and is cached, so the same spec sent again is answered at once.
+    #[arg(long, default_value_t = GrammarLimits::DEFAULT_COMPILE_TIMEOUT.as_millis() as u64)]
+    pub grammar_compile_timeout_ms: u64,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -86,6 +95,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
     config.kv_cache_bytes = args.kv_cache_mb << 20;
     config.kv_cache_tokens = args.kv_cache_tokens;
     config.kv_cache_dtype = args.kv_cache_dtype;
+    config.grammar_limits = GrammarLimits {
+        max_spec_bytes: args.max_grammar_bytes,
+        compile_timeout: Duration::from_millis(args.grammar_compile_timeout_ms),
+        ..GrammarLimits::default()
+    };
     let engine = Arc::new(Engine::start(config)?);
     // After the `listening on` line, which scripts read first.
     let kv_line = kv_pool_line(&engine);

@@ -14,6 +14,8 @@ use toktrie::{TokEnv, TokenizerEnv};
 
 use super::constraint::{clean, Constraint, SchemaCheck};
 use super::gbnf::gbnf_to_lark;
+use super::limits::{CompileSlots, GrammarLimits};
+use super::patterns::drop_patterns;
 use super::spec::{StructuredError, StructuredOutput};
 use super::vocab::GgufTokEnv;
 
@@ -30,6 +32,8 @@ struct Inner {
     cache: Mutex<GrammarCache>,
     /// Grammars compiled (cache misses), for tests and logs.
     compiled: AtomicU64,
+    limits: GrammarLimits,
+    slots: Arc<CompileSlots>,
 }
 
 /// How many compiled grammars are kept. An agent sends the same schema or tool list every
@@ -76,7 +80,7 @@ impl std::fmt::Debug for StructuredBackend {
 impl StructuredBackend {
     /// `vocab_size` = length of a logits row (may exceed the tokenizer's token count, e.g.
     /// Qwen2.5 151936 vs 151665): ids past the tokenizer are never allowed.
-    pub fn new(tokenizer: &Tokenizer, vocab_size: usize) -> Result<Self, StructuredError> {
+    pub fn new(tokenizer: &Tokenizer, vocab_size: usize, limits: GrammarLimits) -> Result<Self, StructuredError> {
         let env = GgufTokEnv::new(tokenizer, vocab_size)?;
         let eos_token_ids: Arc<[u32]> = env.tok_trie().eos_tokens().into();
         let tok_env: TokEnv = Arc::new(env);
@@ -94,6 +98,8 @@ impl StructuredBackend {
             eos_token_ids,
             cache: Mutex::new(GrammarCache::default()),
             compiled: AtomicU64::new(0),
+            limits,
+            slots: Arc::default(),
         };
         Ok(Self { inner: Arc::new(inner) })
     }
@@ -109,19 +115,51 @@ impl StructuredBackend {
     }
 
     /// Validates and compiles; an invalid or unsupported schema/regex/grammar is an error
-    /// naming the problem (the HTTP 400 path). Never panics: llguidance panics are caught
-    /// and reported as errors. A spec compiled before is forked from the cache instead.
+    /// naming the problem (the HTTP 400 path), and so is one over the [`GrammarLimits`]. Never
+    /// panics: llguidance panics are caught and reported as errors. A spec compiled before
+    /// is forked from the cache instead.
     pub fn compile(&self, spec: &StructuredOutput) -> Result<Constraint, StructuredError> {
         let key = serde_json::to_string(spec).map_err(|e| StructuredError::Internal(format!("spec key: {e}")))?;
+        let limits = self.inner.limits;
+        limits.check_size(spec.kind(), key.len())?;
         if let Some(hit) = self.cache().fork(&key) {
             return Ok(hit);
         }
+        let deadline = std::time::Instant::now() + limits.compile_timeout;
+        let slot = self.inner.slots.acquire(limits.max_concurrent_compiles, deadline, limits.compile_timeout)?;
+        let (answer, answered) = std::sync::mpsc::sync_channel(1);
+        let backend = self.clone();
+        let owned = spec.clone();
+        std::thread::Builder::new()
+            .name("grammar-compile".into())
+            .spawn(move || {
+                let _slot = slot;
+                // The receiver is gone when the deadline passed; the grammar is cached anyway.
+                let _ = answer.send(backend.compile_into_cache(&owned, key));
+            })
+            .map_err(|e| StructuredError::Internal(format!("cannot start a grammar compile: {e}")))?;
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match answered.recv_timeout(left) {
+            Ok(compiled) => compiled,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(StructuredError::CompileTimeout {
+                kind: spec.kind(),
+                limit_ms: limits.compile_timeout.as_millis() as u64,
+            }),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Err(StructuredError::Internal("the grammar compile ended without an answer".into()))
+            }
+        }
+    }
+
+    /// Compiles `spec`, keeps its start state in the cache under `key`, returns a fork.
+    fn compile_into_cache(&self, spec: &StructuredOutput, key: String) -> Result<Constraint, StructuredError> {
         let started = std::time::Instant::now();
         let template = self.compile_uncached(spec)?;
-        self.inner.compiled.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(kind = spec.kind(), bytes = key.len(), elapsed = ?started.elapsed(), "grammar compiled");
         let constraint = template.fork();
         self.cache().insert(key, template);
+        // Counted once cached, so a caller that sees the count can count on the hit.
+        self.inner.compiled.fetch_add(1, Ordering::Relaxed);
         Ok(constraint)
     }
 
@@ -137,6 +175,33 @@ impl StructuredBackend {
     }
 
     fn compile_uncached(&self, spec: &StructuredOutput) -> Result<Constraint, StructuredError> {
+        let refused = match self.compile_once(spec, Vec::new()) {
+            Err(StructuredError::InvalidSchema(e)) => e,
+            other => return other,
+        };
+        // Best effort: a `pattern` llguidance cannot compile is left to the check after.
+        let StructuredOutput::JsonSchema(schema) = spec else { return Err(StructuredError::InvalidSchema(refused)) };
+        let mut relaxed = schema.clone();
+        let dropped = drop_patterns(&mut relaxed, &mut |p: &str| self.pattern_compiles(p));
+        if dropped.is_empty() {
+            return Err(StructuredError::InvalidSchema(refused));
+        }
+        let mut constraint = self.compile_once(&StructuredOutput::JsonSchema(relaxed), dropped)?;
+        constraint.recheck_against(schema)?;
+        Ok(constraint)
+    }
+
+    /// Whether llguidance compiles `pattern` as a JSON Schema string pattern.
+    fn pattern_compiles(&self, pattern: &str) -> bool {
+        let spec = StructuredOutput::StrictJsonSchema(json!({"type": "string", "pattern": pattern}));
+        to_grammar(&spec).is_ok_and(|grammar| {
+            llguidance::panic_utils::catch_unwind(AssertUnwindSafe(|| self.inner.factory.create_parser(grammar)))
+                .is_ok()
+        })
+    }
+
+    /// One compile; `unenforced` names what the caller already left out of the grammar.
+    fn compile_once(&self, spec: &StructuredOutput, unenforced: Vec<String>) -> Result<Constraint, StructuredError> {
         let grammar = to_grammar(spec)?;
         let factory = &self.inner.factory;
         // Matcher::new also starts the parser, outside llguidance's own panic guard.
@@ -148,7 +213,8 @@ impl StructuredBackend {
         if let Some(e) = matcher.get_error() {
             return Err(spec.compile_error(clean(e)));
         }
-        let warnings = matcher.grammar_warnings();
+        let mut warnings = unenforced;
+        warnings.extend(matcher.grammar_warnings());
         for w in &warnings {
             tracing::debug!(kind = spec.kind(), "structured output grammar warning: {w}");
         }

@@ -75,6 +75,14 @@ impl Constraint {
         self
     }
 
+    /// Checks the output against `schema` (the client's, before anything was left out of the
+    /// grammar), keeping the list of what the grammar does not enforce.
+    pub(crate) fn recheck_against(&mut self, schema: &serde_json::Value) -> Result<(), StructuredError> {
+        let unenforced = self.check.as_ref().map(|c| c.unenforced.clone()).unwrap_or_default();
+        self.check = Some(Arc::new(SchemaCheck::new(schema, unenforced)?));
+        Ok(())
+    }
+
     /// Keywords of the schema the grammar does not enforce (empty when it enforces all).
     pub fn unenforced(&self) -> &[String] {
         self.check.as_ref().map_or(&[], |c| &c.unenforced)

@@ -4,7 +4,8 @@
 //!   compiler).
 //! - [`StructuredBackend::compile`]: a request's [`StructuredOutput`] -> [`Constraint`];
 //!   a bad schema/regex/grammar is a [`StructuredError`] for which
-//!   [`is_client_error`](StructuredError::is_client_error) holds (HTTP 400).
+//!   [`is_client_error`](StructuredError::is_client_error) holds (HTTP 400); its size and
+//!   compile time are bounded by [`GrammarLimits`].
 //! - per step: [`Constraint::mask`] (a [`TokenMask`](entrobatch_sampler::TokenMask) the
 //!   sampler applies) -> sample -> [`Constraint::commit`]; stop when
 //!   [`Constraint::is_finished`] or an EOS id was committed.
@@ -15,12 +16,15 @@
 mod backend;
 mod constraint;
 mod gbnf;
+mod limits;
+mod patterns;
 mod spec;
 mod vocab;
 
 pub use backend::StructuredBackend;
 pub use constraint::Constraint;
 pub use gbnf::{gbnf_to_lark, looks_like_gbnf};
+pub use limits::GrammarLimits;
 pub use spec::{StructuredError, StructuredOutput};
 
 #[cfg(test)]

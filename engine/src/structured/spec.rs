@@ -60,8 +60,9 @@ impl StructuredOutput {
     }
 }
 
-/// Errors of structured outputs. The `Invalid*` and `EmptyChoice` variants are the client's
-/// fault (HTTP 400, see [`StructuredError::is_client_error`]); the rest are the engine's.
+/// Errors of structured outputs. The `Invalid*`, `EmptyChoice`, `TooLarge` and
+/// `CompileTimeout` variants are the client's fault (HTTP 400, see
+/// [`StructuredError::is_client_error`]); `CompilerBusy` is load; the rest are the engine's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StructuredError {
     /// The JSON schema is malformed, unsatisfiable, or uses a feature llguidance does not
@@ -74,6 +75,20 @@ pub enum StructuredError {
     InvalidGrammar(String),
     #[error("`choice` must list at least one string")]
     EmptyChoice,
+    /// Over `GrammarLimits::max_spec_bytes`, refused before any work.
+    #[error("the {kind} is {bytes} bytes, over the limit of {limit} bytes (serve --max-grammar-bytes)")]
+    TooLarge { kind: &'static str, bytes: usize, limit: usize },
+    /// The compile ran past `GrammarLimits::compile_timeout`. It still finishes and is
+    /// cached, so the same spec sent again is answered at once.
+    #[error(
+        "compiling the {kind} took longer than {limit_ms} ms (serve --grammar-compile-timeout-ms): \
+         simplify it, or send it again once its compile has finished, which is then cached"
+    )]
+    CompileTimeout { kind: &'static str, limit_ms: u64 },
+    /// Every compile slot stayed busy with other requests' grammars until the deadline:
+    /// the engine's load, not the request (HTTP 429, retry).
+    #[error("the grammar compiler was busy with other requests for {waited_ms} ms; retry")]
+    CompilerBusy { waited_ms: u64 },
     /// A token that the constraint does not allow at this point was committed.
     #[error("token {token_id} rejected by the output constraint: {reason}")]
     Rejected { token_id: u32, reason: String },
@@ -95,6 +110,8 @@ impl StructuredError {
                 | StructuredError::InvalidRegex(_)
                 | StructuredError::InvalidGrammar(_)
                 | StructuredError::EmptyChoice
+                | StructuredError::TooLarge { .. }
+                | StructuredError::CompileTimeout { .. }
         )
     }
 }

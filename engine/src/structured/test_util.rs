@@ -8,7 +8,7 @@ use entrobatch_model_runner::Tokenizer;
 use rand_xoshiro::rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::SplitMix64;
 
-use super::{Constraint, StructuredBackend, StructuredOutput};
+use super::{Constraint, GrammarLimits, StructuredBackend, StructuredOutput};
 
 pub(super) const SMOLLM2_VOCAB: usize = 49152;
 
@@ -36,7 +36,7 @@ pub(super) fn backend() -> Option<&'static StructuredBackend> {
     BACKEND
         .get_or_init(|| {
             let tok = tokenizer()?;
-            Some(StructuredBackend::new(tok, tok.vocab_size).expect("backend"))
+            Some(StructuredBackend::new(tok, tok.vocab_size, GrammarLimits::default()).expect("backend"))
         })
         .as_ref()
 }

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::test_util::{backend, compile, in_string, tokenizer, SMOLLM2_VOCAB};
-use super::{StructuredBackend, StructuredError, StructuredOutput};
+use super::{GrammarLimits, StructuredBackend, StructuredError, StructuredOutput};
 
 pub(super) fn person_schema() -> serde_json::Value {
     json!({
@@ -189,9 +189,9 @@ fn invalid_specs_are_typed_errors() {
 fn mask_covers_ids_past_the_tokenizer() {
     let Some(tok) = tokenizer() else { return };
     let row = SMOLLM2_VOCAB + 100;
-    let b = StructuredBackend::new(tok, row).unwrap();
+    let b = StructuredBackend::new(tok, row, GrammarLimits::default()).unwrap();
     assert_eq!(b.vocab_size(), row);
-    assert!(StructuredBackend::new(tok, SMOLLM2_VOCAB - 1).is_err());
+    assert!(StructuredBackend::new(tok, SMOLLM2_VOCAB - 1, GrammarLimits::default()).is_err());
     // A string admits nearly every text token: a permissive mask exercises the skip path.
     let mut c = b.compile(&StructuredOutput::JsonSchema(json!({"type": "string"}))).unwrap();
     c.commit(tok.encode("\"", false).unwrap()[0]).unwrap();
@@ -244,7 +244,7 @@ fn unknown_formats_are_annotations_and_known_ones_are_enforced() {
 #[test]
 fn a_spec_compiled_before_is_forked_from_the_cache() {
     let Some(tok) = tokenizer() else { return };
-    let b = StructuredBackend::new(tok, tok.vocab_size).unwrap();
+    let b = StructuredBackend::new(tok, tok.vocab_size, GrammarLimits::default()).unwrap();
     let spec = StructuredOutput::JsonSchema(person_schema());
     let mut first = b.compile(&spec).unwrap();
     assert_eq!(b.grammars_compiled(), 1);
@@ -305,4 +305,85 @@ fn keywords_a_grammar_cannot_enforce_are_checked_after_or_refused_under_strict()
         check_after(&StructuredOutput::JsonSchema(person_schema()), r#"{"name":"A","age":1,"tags":[]}"#).1,
         None
     );
+}
+
+#[test]
+fn a_spec_over_the_size_limit_is_refused_before_compiling() {
+    let Some(tok) = tokenizer() else { return };
+    let limits = GrammarLimits { max_spec_bytes: 64, ..GrammarLimits::default() };
+    let b = StructuredBackend::new(tok, tok.vocab_size, limits).unwrap();
+    let err = b.compile(&StructuredOutput::JsonSchema(person_schema())).unwrap_err();
+    assert!(matches!(err, StructuredError::TooLarge { kind: "json_schema", limit: 64, .. }), "{err}");
+    assert!(err.is_client_error());
+    assert_eq!(b.grammars_compiled(), 0);
+    b.compile(&StructuredOutput::Regex("[0-9]+".into())).expect("a small spec still compiles");
+}
+
+#[test]
+fn a_compile_past_its_deadline_answers_at_once_and_is_cached_for_the_next_request() {
+    let Some(tok) = tokenizer() else { return };
+    let limits = GrammarLimits { compile_timeout: std::time::Duration::ZERO, ..GrammarLimits::default() };
+    let b = StructuredBackend::new(tok, tok.vocab_size, limits).unwrap();
+    // A compile can beat a zero deadline only when this thread is descheduled between
+    // starting it and waiting for it: on a loaded machine, try a few distinct specs.
+    let (spec, finished_before) = (0..20)
+        .find_map(|i| {
+            let spec = StructuredOutput::JsonSchema(
+                json!({"title": format!("t{i}"), "type": "array", "items": person_schema()}),
+            );
+            let before = b.grammars_compiled();
+            match b.compile(&spec) {
+                Err(err) => {
+                    assert!(
+                        matches!(err, StructuredError::CompileTimeout { kind: "json_schema", limit_ms: 0 }),
+                        "{err}"
+                    );
+                    assert!(err.is_client_error());
+                    Some((spec, before))
+                }
+                Ok(_) => None,
+            }
+        })
+        .expect("no compile of 20 ran past a zero deadline");
+    // The compile goes on on its own thread and lands in the cache.
+    let waited = std::time::Instant::now();
+    while b.grammars_compiled() == finished_before {
+        assert!(waited.elapsed().as_secs() < 60, "the late compile never finished");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let compiled = b.grammars_compiled();
+    let mut c = b.compile(&spec).expect("a cache hit needs no compile time");
+    assert_eq!(b.grammars_compiled(), compiled, "the retry is a cache hit");
+    c.commit(tok.encode("[", false).unwrap()[0]).unwrap();
+}
+
+#[test]
+fn a_pattern_llguidance_cannot_compile_is_checked_after_unless_strict() {
+    let Some(b) = backend() else { return };
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "pattern": "^(?!x)[a-z]{2}$"},
+            "id": {"type": "string", "pattern": "^[0-9]+$"}
+        },
+        "required": ["code", "id"],
+        "additionalProperties": false
+    });
+    let err = b.compile(&StructuredOutput::StrictJsonSchema(schema.clone())).unwrap_err();
+    assert!(matches!(&err, StructuredError::InvalidSchema(_)), "{err}");
+    let spec = StructuredOutput::JsonSchema(schema);
+    let (unenforced, valid) = check_after(&spec, r#"{"code":"ab","id":"7"}"#);
+    assert!(unenforced.len() == 1 && unenforced[0].contains("(?!x)"), "{unenforced:?}");
+    assert_eq!(valid, Some(vec![]));
+    // The lookahead is not in the grammar: the check catches what it forbids.
+    let (_, invalid) = check_after(&spec, r#"{"code":"xy","id":"7"}"#);
+    let errors = invalid.expect("checked");
+    assert!(errors.len() == 1 && errors[0].contains("/code"), "{errors:?}");
+    // The other pattern stays in the grammar.
+    let mut c = compile(&spec);
+    let tok = tokenizer().unwrap();
+    for id in tok.encode(r#"{"code":"ab","id":""#, false).unwrap() {
+        c.commit(id).unwrap();
+    }
+    assert!(!c.mask().unwrap().allows(tok.encode("a", false).unwrap()[0]), "id stays digits only");
 }

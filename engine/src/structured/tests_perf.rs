@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use super::test_util::{backend, tokenizer};
-use super::{Constraint, StructuredBackend, StructuredOutput};
+use super::{Constraint, GrammarLimits, StructuredBackend, StructuredOutput};
 
 /// Feeds `text` token by token, timing each `mask()`; returns (masks, total, max).
 fn feed(c: &mut Constraint, ids: &[u32]) -> (u32, Duration, Duration) {
@@ -26,7 +26,7 @@ fn report_compile_and_mask_time() {
         return;
     };
     let t = Instant::now();
-    let _fresh = StructuredBackend::new(tok, tok.vocab_size).unwrap();
+    let _fresh = StructuredBackend::new(tok, tok.vocab_size, GrammarLimits::default()).unwrap();
     eprintln!("structured timing: backend (trie + factory) {:?}", t.elapsed());
     let cases = [
         (
@@ -70,7 +70,7 @@ fn report_compile_and_mask_time() {
 #[test]
 fn report_grammar_cache() {
     let Some(tok) = tokenizer() else { return };
-    let b = StructuredBackend::new(tok, tok.vocab_size).unwrap();
+    let b = StructuredBackend::new(tok, tok.vocab_size, GrammarLimits::default()).unwrap();
     let properties: serde_json::Map<String, serde_json::Value> = (0..300)
         .map(|i| {
             let schema = match i % 3 {

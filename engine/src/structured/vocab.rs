@@ -120,7 +120,7 @@ mod tests {
 
     use super::GgufTokEnv;
     use crate::detokenizer::tests::{gemma3, tiny_spm};
-    use crate::structured::{StructuredBackend, StructuredOutput};
+    use crate::structured::{GrammarLimits, StructuredBackend, StructuredOutput};
 
     fn token(env: &GgufTokEnv, tok: &Tokenizer, piece: &str) -> Vec<u8> {
         env.tok_trie().token(tok.token_id(piece).unwrap()).to_vec()
@@ -154,7 +154,7 @@ mod tests {
     #[test]
     fn json_schema_on_gemma3() {
         let Some(tok) = gemma3(false) else { return };
-        let backend = StructuredBackend::new(&tok, tok.vocab_size).unwrap();
+        let backend = StructuredBackend::new(&tok, tok.vocab_size, GrammarLimits::default()).unwrap();
         let schema = json!({
             "type": "object",
             "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},

@@ -22,7 +22,7 @@ use crate::request::{GenerationParams, Prompt, Request};
 use crate::strategy::{
     build_strategy, unsupported_sampling, Decoding, SequenceStrategy, StrategyContext, StrategyError,
 };
-use crate::structured::{Constraint, StructuredBackend, StructuredError, StructuredOutput};
+use crate::structured::{Constraint, GrammarLimits, StructuredBackend, StructuredError, StructuredOutput};
 
 /// A request the engine has validated; only `Validation` (through `Engine::prepare`) makes one.
 pub struct PreparedRequest {
@@ -69,6 +69,8 @@ pub(crate) struct Validation {
     limits: SchedulerConfig,
     /// Handed to each request's strategy, which may update its own counters.
     metrics: Arc<EngineMetrics>,
+    /// Bounds on compiling a request's grammar.
+    grammar_limits: GrammarLimits,
     /// Built on the first structured-output request: most engines never need the token trie.
     structured: OnceLock<std::result::Result<StructuredBackend, StructuredError>>,
 }
@@ -79,9 +81,10 @@ impl Validation {
         chat_template: ChatTemplate,
         model_config: ModelConfig,
         limits: SchedulerConfig,
+        grammar_limits: GrammarLimits,
         metrics: Arc<EngineMetrics>,
     ) -> Self {
-        Self { tokenizer, chat_template, model_config, limits, metrics, structured: OnceLock::new() }
+        Self { tokenizer, chat_template, model_config, limits, grammar_limits, metrics, structured: OnceLock::new() }
     }
 
     pub(crate) fn tokenizer(&self) -> &Tokenizer {
@@ -96,7 +99,7 @@ impl Validation {
     /// The grammar compiler for this model's vocabulary, built once.
     pub(crate) fn structured_backend(&self) -> std::result::Result<&StructuredBackend, StructuredError> {
         self.structured
-            .get_or_init(|| StructuredBackend::new(&self.tokenizer, self.model_config.vocab_size))
+            .get_or_init(|| StructuredBackend::new(&self.tokenizer, self.model_config.vocab_size, self.grammar_limits))
             .as_ref()
             .map_err(Clone::clone)
     }

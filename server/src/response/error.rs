@@ -4,6 +4,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use entrobatch::structured::StructuredError;
 use entrobatch::EngineError;
 
 use super::{ErrorBody, ErrorDetail};
@@ -97,6 +98,18 @@ impl From<EngineError> for ApiError {
             EngineError::MessageRejected { index, .. } => Self::invalid_param(format!("messages[{index}]"), message),
             EngineError::NeverFits { .. } => {
                 Self::invalid_param("max_tokens", message).with_code("context_length_exceeded")
+            }
+            EngineError::Structured(StructuredError::TooLarge { .. }) => {
+                Self::invalid_param("response_format", message).with_code("grammar_too_large")
+            }
+            EngineError::Structured(StructuredError::CompileTimeout { .. }) => {
+                Self::invalid_param("response_format", message).with_code("grammar_compile_timeout")
+            }
+            // Other requests' grammars held every compile slot: load, gone in seconds.
+            EngineError::Structured(StructuredError::CompilerBusy { .. }) => {
+                Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
+                    .with_code("grammar_compiler_busy")
+                    .with_retry_after(1)
             }
             EngineError::Structured(e) if e.is_client_error() => {
                 Self::invalid_param("response_format", message).with_code("invalid_structured_output")
