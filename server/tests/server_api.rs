@@ -421,6 +421,21 @@ fn unknown_keys_inside_typed_parts_are_refused_by_their_path() {
     let response = server.post_json("/v1/completions", &json!({ "prompt": "x", "response_format": format(true) }));
     assert_eq!(response.status, 400, "{}", response.text());
     assert!(response.text().contains("uniqueItems"), "{}", response.text());
+    // The same rule for a function's `strict` when the choice forces a call.
+    let required_call = |strict: bool| {
+        let parameters = json!({ "type": "object", "properties": { "pair": schema }, "required": ["pair"], "additionalProperties": false });
+        let tools =
+            json!([{ "type": "function", "function": { "name": "pick", "strict": strict, "parameters": parameters } }]);
+        json!({ "messages": [{ "role": "user", "content": "Pick two letters." }], "max_tokens": 120, "tools": tools, "tool_choice": "required", "parallel_tool_calls": false })
+    };
+    let response = server.post_json("/v1/chat/completions", &required_call(true));
+    assert_eq!(response.status, 400, "{}", response.text());
+    assert!(response.text().contains("uniqueItems"), "{}", response.text());
+    let response = server.post_json("/v1/chat/completions", &required_call(false));
+    assert_eq!(response.status, 200, "{}", response.text());
+    let choice = &response.json()["choices"][0];
+    assert_eq!(choice["message"]["tool_calls"][0]["function"]["name"], json!("pick"), "{choice}");
+    assert!(choice["schema_errors"].is_array(), "the best-effort call is checked: {choice}");
     let checks_before = server.metric("entrobatch_structured_output_schema_checks_total");
     let mut verdicts = std::collections::HashSet::new();
     for seed in 0..6 {
@@ -452,4 +467,41 @@ fn unknown_keys_inside_typed_parts_are_refused_by_their_path() {
     }
     assert_eq!(verdicts.len(), 2, "the sampled pairs should include a repeat and a unique one");
     assert_eq!(server.metric("entrobatch_structured_output_schema_checks_total") - checks_before, 12.0);
+
+    // Anthropic's `output_config.format` and Ollama's `format` carry the same verdict, on the
+    // message (or its closing `message_delta`) and on the `done` line.
+    let user = json!([{ "role": "user", "content": "Two letters:" }]);
+    for stream in [false, true] {
+        let body = json!({ "model": "", "max_tokens": 20, "temperature": 1, "stream": stream, "messages": user,
+            "output_config": { "format": { "type": "json_schema", "schema": schema } } });
+        let response = server.post_json("/v1/messages", &body);
+        assert_eq!(response.status, 200, "{}", response.text());
+        let (text, errors) = if stream {
+            let events: Vec<Value> = response.sse_data().iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+            let text: String = events.iter().filter_map(|e| e["delta"]["text"].as_str()).collect();
+            let delta = events.iter().find(|e| e["type"] == "message_delta").expect("message_delta");
+            (text, delta["schema_errors"].clone())
+        } else {
+            let message = response.json();
+            (message["content"][0]["text"].as_str().unwrap().to_string(), message["schema_errors"].clone())
+        };
+        assert_pair_verdict("anthropic", &text, &errors);
+
+        let body = json!({ "model": "", "stream": stream, "messages": user, "format": schema,
+            "options": { "temperature": 5, "seed": 3, "num_predict": 20 } });
+        let response = server.post_json("/api/chat", &body);
+        assert_eq!(response.status, 200, "{}", response.text());
+        let lines: Vec<Value> = response.text().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let text: String = lines.iter().filter_map(|l| l["message"]["content"].as_str()).collect();
+        let done = lines.last().expect("a done line");
+        assert_eq!(done["done"], json!(true), "{done}");
+        assert_pair_verdict("ollama", &text, &done["schema_errors"]);
+    }
+}
+
+/// `schema_errors` is a list, empty exactly when the pair's two items differ.
+fn assert_pair_verdict(what: &str, text: &str, errors: &Value) {
+    let items: Vec<String> = serde_json::from_str(text).unwrap_or_else(|e| panic!("{what}: {text:?}: {e}"));
+    let errors = errors.as_array().unwrap_or_else(|| panic!("{what}: no schema_errors for {text:?}"));
+    assert_eq!(errors.is_empty(), items[0] != items[1], "{what}: {text:?}: {errors:?}");
 }

@@ -43,7 +43,10 @@ pub async fn messages(
         stop_reason: Some(stop_reason(output.finish_reason, output.stop_string.is_some(), called)),
         stop_sequence: output.stop_string.clone(),
         usage: Usage::new(output.prompt_token_ids.len(), output.cached_tokens, output.token_ids.len()),
-        extras: TokenExtras::new(&output.tokens, return_metrics, false),
+        extras: TokenExtras {
+            schema_errors: output.schema_errors.clone(),
+            ..TokenExtras::new(&output.tokens, return_metrics, false)
+        },
     };
     Ok(Json(message).into_response())
 }

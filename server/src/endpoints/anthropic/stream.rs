@@ -104,7 +104,14 @@ impl MessageStream {
                     }
                 }
                 Event::Finished {
-                    reason, prompt_tokens, cached_tokens, completion_tokens, error, stop_string, ..
+                    reason,
+                    prompt_tokens,
+                    cached_tokens,
+                    completion_tokens,
+                    error,
+                    stop_string,
+                    schema_errors,
+                    ..
                 } => {
                     self.done = true;
                     if let Err(error) = check_finish(reason, error.as_deref()) {
@@ -114,7 +121,10 @@ impl MessageStream {
                     let mut events = self.piece_events(rest);
                     events.extend(self.close());
                     let called = self.parser.calls_sent() > 0;
-                    let extras = TokenExtras::new(self.tokens.as_deref().unwrap_or(&[]), self.tokens.is_some(), false);
+                    let extras = TokenExtras {
+                        schema_errors,
+                        ..TokenExtras::new(self.tokens.as_deref().unwrap_or(&[]), self.tokens.is_some(), false)
+                    };
                     events.push(StreamEvent::MessageDelta {
                         delta: MessageDeltaBody {
                             stop_reason: stop_reason(reason, stop_string.is_some(), called),

@@ -81,6 +81,10 @@ pub fn parse_tools(
     let required = call_schema(&specs, &choice, parallel);
     let strict_auto = required.is_none() && generic.is_none() && specs.iter().any(|t| t.strict);
     let constraint = match required {
+        // OpenAI's `strict` per function: when every tool the choice allows is strict, a
+        // keyword no grammar enforces is a 400 naming it; otherwise the calls are decoded
+        // best effort and checked after, as a `json_schema` without `strict` is.
+        Some(schema) if choice.allowed(&specs).all(|t| t.strict) => Some(StructuredOutput::StrictJsonSchema(schema)),
         Some(schema) => Some(StructuredOutput::JsonSchema(schema)),
         None if generic.is_some() => generic_auto_grammar(&specs, parallel).map(StructuredOutput::Lark),
         None => hermes_strict_auto_grammar(&specs, parallel).map(StructuredOutput::Lark),

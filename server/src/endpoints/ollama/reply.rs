@@ -43,6 +43,8 @@ struct Ending {
     reason: FinishReason,
     prompt_tokens: usize,
     completion_tokens: usize,
+    /// The engine's check of a JSON schema output (see `TokenExtras`).
+    schema_errors: Option<Vec<String>>,
 }
 
 impl Reply {
@@ -61,6 +63,7 @@ impl Reply {
             reason: output.finish_reason,
             prompt_tokens: output.prompt_token_ids.len(),
             completion_tokens: output.token_ids.len(),
+            schema_errors: output.schema_errors.clone(),
         };
         Ok(axum::Json(self.chunk(pieces, &output.tokens, Some(ending))).into_response())
     }
@@ -85,12 +88,12 @@ impl Reply {
                             return Some((line(&chunk), Some((reply, handle))));
                         }
                     }
-                    Event::Finished { reason, prompt_tokens, completion_tokens, error, .. } => {
+                    Event::Finished { reason, prompt_tokens, completion_tokens, error, schema_errors, .. } => {
                         if let Err(e) = check_finish(reason, error.as_deref()) {
                             return Some((line(&ErrorBody { error: e.message }), None));
                         }
                         let pieces = reply.parser.finish();
-                        let ending = Ending { reason, prompt_tokens, completion_tokens };
+                        let ending = Ending { reason, prompt_tokens, completion_tokens, schema_errors };
                         let chunk = reply.chunk(pieces, &[], Some(ending));
                         return Some((line(&chunk), None));
                     }
@@ -101,7 +104,7 @@ impl Reply {
         ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
     }
 
-    fn chunk(&mut self, pieces: Vec<ReplyPiece>, tokens: &[GeneratedToken], ending: Option<Ending>) -> Chunk {
+    fn chunk(&mut self, pieces: Vec<ReplyPiece>, tokens: &[GeneratedToken], mut ending: Option<Ending>) -> Chunk {
         let mut message = OutMessage { role: "assistant", ..OutMessage::default() };
         let mut thinking = String::new();
         let mut calls = Vec::new();
@@ -128,6 +131,7 @@ impl Reply {
         let now = Instant::now();
         let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let done = ending.is_some();
+        let schema_errors = ending.as_mut().and_then(|e| e.schema_errors.take());
         let (done_reason, stats) = match ending {
             None => (None, None),
             Some(e) => {
@@ -151,7 +155,10 @@ impl Reply {
             done_reason,
             stats,
             logprobs: (self.logprobs && !tokens.is_empty()).then(|| chat_logprobs(&self.state.engine, tokens).content),
-            extras: TokenExtras::new(tokens, self.return_metrics && !tokens.is_empty(), false),
+            extras: TokenExtras {
+                schema_errors,
+                ..TokenExtras::new(tokens, self.return_metrics && !tokens.is_empty(), false)
+            },
         }
     }
 }

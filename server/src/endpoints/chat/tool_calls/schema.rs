@@ -13,12 +13,10 @@ use super::{ToolChoice, ToolSpec};
 /// parameters schema), both required; `anyOf` over the allowed tools when there are several.
 /// With `parallel`, an array of one or more such calls.
 pub fn call_schema(tools: &[ToolSpec], choice: &ToolChoice, parallel: bool) -> Option<Value> {
-    let allowed: Vec<&ToolSpec> = match choice {
-        ToolChoice::None | ToolChoice::Auto => return None,
-        ToolChoice::Required => tools.iter().collect(),
-        ToolChoice::Function(name) => tools.iter().filter(|t| &t.name == name).collect(),
-    };
-    let call = any_call(allowed.into_iter().map(|t| one_call(t, &t.parameters)).collect())?;
+    if matches!(choice, ToolChoice::None | ToolChoice::Auto) {
+        return None;
+    }
+    let call = any_call(choice.allowed(tools).map(|t| one_call(t, &t.parameters)).collect())?;
     Some(if parallel { json!({ "type": "array", "items": call, "minItems": 1 }) } else { call })
 }
 

@@ -257,4 +257,14 @@ impl ToolChoice {
         }
         Ok(choice)
     }
+
+    /// The tools this choice lets the model call: all of them but under `none`, or the one
+    /// it names.
+    pub fn allowed<'a>(&'a self, tools: &'a [ToolSpec]) -> impl Iterator<Item = &'a ToolSpec> + 'a {
+        tools.iter().filter(move |t| match self {
+            ToolChoice::None => false,
+            ToolChoice::Auto | ToolChoice::Required => true,
+            ToolChoice::Function(name) => &t.name == name,
+        })
+    }
 }
