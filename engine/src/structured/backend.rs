@@ -303,9 +303,12 @@ fn compact_schema(schema: Value, strictness: Strictness) -> Result<Value, Struct
     };
     opts.whitespace_flexible = false;
     opts.whitespace_pattern = None;
-    // `oneOf` as `anyOf`, as llama.cpp and most grammar engines decode it; the output is
-    // checked against the real `oneOf` afterwards (llguidance warns, so a check is attached).
-    opts.coerce_one_of = true;
+    // A `oneOf` whose branches llguidance cannot prove disjoint: best effort decodes it as
+    // `anyOf`, as llama.cpp and most grammar engines do, and the output is checked against the
+    // real `oneOf` afterwards (llguidance warns, so a check is attached); strict refuses it,
+    // as OpenAI's strict mode does, since a branch matched twice would be an invalid output.
+    // Disjoint branches (a discriminated union) compile either way.
+    opts.coerce_one_of = strictness == Strictness::BestEffort;
     opts.lenient = strictness == Strictness::BestEffort;
     drop_unknown_formats(&mut obj);
     let opts =
@@ -367,7 +370,7 @@ mod tests {
         assert_eq!(g["whitespace_flexible"], json!(false));
         assert_eq!(g["whitespace_pattern"], Value::Null);
         assert_eq!(g["lenient"], json!(false), "strictness decides");
-        assert_eq!(g["coerce_one_of"], json!(true));
+        assert_eq!(g["coerce_one_of"], json!(false), "strictness decides");
         assert_eq!(s["type"], json!("object"));
         assert!(matches!(compact_schema(json!(false), Strictness::Strict), Err(StructuredError::InvalidSchema(_))));
         assert!(matches!(compact_schema(json!(3), Strictness::Strict), Err(StructuredError::InvalidSchema(_))));

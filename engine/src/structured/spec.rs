@@ -19,7 +19,8 @@ pub enum StructuredOutput {
     /// `Finished` event.
     JsonSchema(Value),
     /// A JSON Schema with OpenAI's `strict: true`: a keyword the grammar cannot enforce is
-    /// refused ([`StructuredError::InvalidSchema`] naming it); `oneOf` is decoded as `anyOf`
+    /// refused ([`StructuredError::InvalidSchema`] naming it), and so is a `oneOf` whose branches
+    /// cannot be shown disjoint; a disjoint one is decoded as `anyOf`
     /// and the output checked, as above.
     StrictJsonSchema(Value),
     /// A regular expression (Rust `regex` syntax) the whole output must match.

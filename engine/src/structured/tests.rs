@@ -294,12 +294,19 @@ fn keywords_a_grammar_cannot_enforce_are_checked_after_or_refused_under_strict()
     let errors = invalid.expect("checked");
     assert!(errors.len() == 1 && errors[0].contains("non-unique"), "{errors:?}");
 
-    // `oneOf` decodes as `anyOf`, strict or not, and the output is checked against `oneOf`.
+    // A `oneOf` of overlapping branches decodes as `anyOf` and is checked against `oneOf`;
+    // strict refuses it, since an output matching both branches would be invalid.
     let one_of = json!({"oneOf": [{"type": "integer", "minimum": 5}, {"type": "integer", "maximum": 10}]});
-    for spec in [StructuredOutput::StrictJsonSchema(one_of.clone()), StructuredOutput::JsonSchema(one_of)] {
-        assert_eq!(check_after(&spec, "3").1, Some(vec![]));
-        assert_eq!(check_after(&spec, "7").1.map(|e| e.len()), Some(1), "7 matches both");
-    }
+    let err = b.compile(&StructuredOutput::StrictJsonSchema(one_of.clone())).unwrap_err();
+    assert!(matches!(&err, StructuredError::InvalidSchema(m) if m.contains("oneOf")), "{err}");
+    let spec = StructuredOutput::JsonSchema(one_of);
+    assert_eq!(check_after(&spec, "3").1, Some(vec![]));
+    assert_eq!(check_after(&spec, "7").1.map(|e| e.len()), Some(1), "7 matches both");
+    // Disjoint branches are an `anyOf` exactly: strict compiles them, nothing to check.
+    let union = json!({"oneOf": [{"type": "integer"}, {"type": "string", "maxLength": 3}]});
+    let spec = StructuredOutput::StrictJsonSchema(union);
+    assert_eq!(check_after(&spec, "12").1, None);
+    assert_eq!(check_after(&spec, "\"ab\"").1, None);
     // A schema the grammar enforces whole needs no check.
     assert_eq!(
         check_after(&StructuredOutput::JsonSchema(person_schema()), r#"{"name":"A","age":1,"tags":[]}"#).1,
