@@ -50,6 +50,7 @@ impl Harness {
             max_model_len: 256,
             kv_group_windows: vec![None],
             enable_prefix_caching: false,
+            latency_targets: Default::default(),
         })
         .expect("scheduler");
         scheduler

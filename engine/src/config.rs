@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 
 use entrobatch_model_runner::{AttentionKernel, KvDtype, MatmulMode};
-use entrobatch_scheduler::SchedulerConfig;
+use entrobatch_scheduler::{LatencyTargets, SchedulerConfig};
 
 use crate::structured::GrammarLimits;
 
@@ -39,6 +39,9 @@ pub struct EngineConfig {
     pub max_queued_requests: Option<usize>,
     /// Bounds on a structured output's grammar: its size and compile time.
     pub grammar_limits: GrammarLimits,
+    /// TTFT and TPOT targets: admission refuses what would wait past the TTFT target, and a
+    /// step beside decodes is sized to the TPOT target (`LatencyTargets`). Off by default.
+    pub latency_targets: LatencyTargets,
     /// Test-only faults (tests/faults.rs; feature `faults`, never in a release build).
     #[cfg(feature = "faults")]
     #[doc(hidden)]
@@ -70,6 +73,7 @@ impl EngineConfig {
             attention_kernel: AttentionKernel::default(),
             max_queued_requests: None,
             grammar_limits: GrammarLimits::default(),
+            latency_targets: LatencyTargets::default(),
             #[cfg(feature = "faults")]
             faults: Default::default(),
         }

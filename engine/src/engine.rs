@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crossbeam_channel::Sender;
 use entrobatch_model_runner::{
@@ -19,6 +20,7 @@ use crate::engine_loop::EngineLoop;
 use crate::error::{EngineError, Result};
 use crate::handle::{GenerationOutput, RequestHandle};
 use crate::in_flight::InFlightPermit;
+use crate::latency_gate::LatencyGate;
 use crate::metrics::EngineMetrics;
 use crate::request::{GenerationParams, Prompt, Request};
 use crate::structured::{StructuredBackend, StructuredError};
@@ -61,6 +63,7 @@ pub struct Engine {
     info: EngineInfo,
     next_id: AtomicU64,
     max_queued_requests: usize,
+    gate: Arc<LatencyGate>,
 }
 
 impl Engine {
@@ -96,6 +99,7 @@ impl Engine {
             max_model_len,
             kv_group_windows: kv_groups.windows().to_vec(),
             enable_prefix_caching: config.enable_prefix_caching,
+            latency_targets: config.latency_targets,
         };
         let scheduler = Scheduler::new(limits.clone())?;
         let max_tokens_in_cache = limits.max_tokens_in_cache();
@@ -112,7 +116,8 @@ impl Engine {
             metrics.clone(),
         );
         let (commands, receiver) = crossbeam_channel::unbounded();
-        let engine_loop = EngineLoop::new(scheduler, runner, tokenizer, metrics.clone(), receiver);
+        let gate = Arc::new(LatencyGate::default());
+        let engine_loop = EngineLoop::new(scheduler, runner, tokenizer, metrics.clone(), gate.clone(), receiver);
         #[cfg(feature = "faults")]
         let engine_loop = engine_loop.with_faults(config.faults.clone());
         let thread = std::thread::Builder::new()
@@ -131,6 +136,8 @@ impl Engine {
             max_num_batched_tokens = config.max_num_batched_tokens,
             max_prefill_tokens_with_decodes = config.max_prefill_tokens_with_decodes,
             max_queued_requests = ?config.max_queued_requests,
+            ttft_target = ?config.latency_targets.ttft,
+            tpot_target = ?config.latency_targets.tpot,
             "engine started"
         );
         Ok(Self {
@@ -151,6 +158,7 @@ impl Engine {
             },
             next_id: AtomicU64::new(1),
             max_queued_requests: config.max_queued_requests.unwrap_or(usize::MAX),
+            gate,
         })
     }
 
@@ -209,9 +217,18 @@ impl Engine {
 
     /// Submits requests `prepare` already checked, as one batch (see `submit_all`).
     pub fn submit_prepared(&self, prepared: Vec<PreparedRequest>) -> Result<Vec<RequestHandle>> {
+        let prompt_lens: Vec<usize> = prepared.iter().map(|r| r.prompt_token_ids.len()).collect();
+        let target = prepared.iter().filter_map(|r| r.params.ttft_target_ms).min().map(Duration::from_millis);
+        let unadmitted = (self.in_flight() as usize).saturating_sub(self.gate.num_queued());
+        if let Err(miss) = self.gate.check(&prompt_lens, target, unadmitted) {
+            self.metrics.requests_rejected.fetch_add(prepared.len() as u64, Ordering::Relaxed);
+            self.metrics.requests_refused_ttft.fetch_add(prepared.len() as u64, Ordering::Relaxed);
+            return Err(EngineError::WouldMissTtft(miss));
+        }
         let bound = self.max_queued_requests as u64;
         let Some(permits) = InFlightPermit::acquire_many(&self.metrics, prepared.len(), bound) else {
             self.metrics.requests_rejected.fetch_add(prepared.len() as u64, Ordering::Relaxed);
+            self.metrics.requests_refused_queue_full.fetch_add(prepared.len() as u64, Ordering::Relaxed);
             return Err(EngineError::QueueFull(self.max_queued_requests));
         };
         let mut pending = Vec::with_capacity(prepared.len());
@@ -248,6 +265,13 @@ impl Engine {
     /// The in-flight bound beyond which `submit` answers `QueueFull`; `None`: unbounded.
     pub fn max_queued_requests(&self) -> Option<usize> {
         (self.max_queued_requests != usize::MAX).then_some(self.max_queued_requests)
+    }
+
+    /// The estimated wait before a new short request's prompt starts computing, beside the
+    /// TTFT target, when a target is set and the engine has measured its steps.
+    pub fn estimated_wait(&self) -> Option<(Duration, Duration)> {
+        let unadmitted = (self.in_flight() as usize).saturating_sub(self.gate.num_queued());
+        self.gate.estimated_wait(unadmitted)
     }
 
     /// Stops the loop thread; safe to call more than once.

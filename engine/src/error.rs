@@ -23,6 +23,12 @@ pub enum EngineError {
     NeverFits { needed: usize, limit: usize, reason: String },
     #[error("the engine is at capacity ({0} requests in flight); retry shortly")]
     QueueFull(usize),
+    /// Admission estimated the request would wait past its time-to-first-token target.
+    #[error(
+        "the queue ahead would delay the first token about {} ms, past the {} ms TTFT target; retry in {} s or at another replica",
+        .0.estimated_wait.as_millis(), .0.target.as_millis(), .0.retry_after.as_secs()
+    )]
+    WouldMissTtft(entrobatch_scheduler::WouldMissTtft),
     /// The model runner's errors name their subject ("model file X: ...", "unsupported
     /// model: ..."), so no prefix is added.
     #[error("{0}")]

@@ -48,6 +48,10 @@ pub struct GenerationParams {
     /// best alternatives of its row) before the output. The prompt is then computed whole,
     /// never served from the prefix cache. With it, `max_tokens` may be 0 (scoring only).
     pub prompt_logprobs: Option<usize>,
+    /// This request's own time-to-first-token target in milliseconds, in place of the
+    /// engine's (`EngineConfig::latency_targets`): admission refuses it at once if the queue
+    /// ahead would delay its first token past it.
+    pub ttft_target_ms: Option<u64>,
 }
 
 impl Default for GenerationParams {
@@ -67,6 +71,7 @@ impl Default for GenerationParams {
             tools: None,
             chat_template_kwargs: serde_json::Map::new(),
             prompt_logprobs: None,
+            ttft_target_ms: None,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Scheduler limits and the arithmetic derived from them.
 
 use crate::error::{NeverFitsReason, SchedulerError};
+use crate::latency::LatencyTargets;
 use crate::sequence::SeqId;
 
 #[derive(Clone, Debug)]
@@ -10,7 +11,8 @@ pub struct SchedulerConfig {
     /// Prefill tokens (prompt chunks, recomputation after preemption) a step may carry while
     /// sequences decode in it. Every decode waits for the whole forward, so an arrival's long
     /// chunk would stall every stream (Sarathi-Serve's stall-free batching); a step with no
-    /// decode in it uses all of `max_num_batched_tokens`.
+    /// decode in it uses all of `max_num_batched_tokens`. A TPOT target replaces it with what
+    /// the target leaves (`Scheduler::prefill_allowance`).
     pub max_prefill_tokens_with_decodes: usize,
     /// Most sequences running (holding blocks) at once.
     pub max_num_seqs: usize,
@@ -25,6 +27,8 @@ pub struct SchedulerConfig {
     /// Longest `prompt + max_tokens` accepted.
     pub max_model_len: usize,
     pub enable_prefix_caching: bool,
+    /// TTFT and TPOT targets; off by default (`LatencyTargets`).
+    pub latency_targets: LatencyTargets,
 }
 
 /// The one default of the limits: `EngineConfig::new` and the CLI's flags take theirs from here.
@@ -44,6 +48,7 @@ impl Default for SchedulerConfig {
             kv_group_windows: vec![None],
             max_model_len: 4096,
             enable_prefix_caching: true,
+            latency_targets: LatencyTargets::default(),
         }
     }
 }
@@ -60,6 +65,10 @@ impl SchedulerConfig {
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(SchedulerError::InvalidConfig(format!("{name} must be > 0")));
+        }
+        let targets = [self.latency_targets.ttft, self.latency_targets.tpot];
+        if targets.iter().flatten().any(|t| t.is_zero()) {
+            return Err(SchedulerError::InvalidConfig("a latency target must be above zero".into()));
         }
         if self.kv_group_windows.is_empty() || self.kv_group_windows.contains(&Some(0)) {
             return Err(SchedulerError::InvalidConfig(

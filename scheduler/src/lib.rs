@@ -12,6 +12,7 @@
 //! Engine loop: `add` requests; `schedule()`; run the forward; for every
 //! `needs_sample` row, `append_token` the sampled id and/or `finish`; repeat.
 
+mod admission;
 mod block;
 mod block_pool;
 mod block_table;
@@ -19,22 +20,27 @@ mod config;
 mod error;
 mod free_queue;
 mod inspect;
+mod latency;
 mod output;
+mod prefill_order;
 mod prefix_hash;
 mod prefix_hit;
 mod scheduler;
 mod seq_blocks;
 mod sequence;
 mod step_budget;
+mod step_cost;
 mod updates;
 
 pub use block::{Block, BlockId, NULL_BLOCK};
 pub use config::SchedulerConfig;
 pub use error::{NeverFitsReason, SchedulerError};
+pub use latency::{LatencyTargets, QueueLoad, WouldMissTtft};
 pub use output::{ScheduledSequence, SchedulerOutput};
 pub use prefix_hash::{hash_block_tokens, BlockHash, PrefixCacheStats};
 pub use scheduler::Scheduler;
 pub use sequence::{Appended, FinishReason, NewSequence, SeqId, Sequence, SequenceStatus};
+pub use step_cost::{CostModel, StepCost, StepWork};
 
 #[cfg(test)]
 mod tests {

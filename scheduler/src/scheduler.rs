@@ -7,11 +7,12 @@ use crate::block_pool::BlockPool;
 use crate::config::SchedulerConfig;
 use crate::error::SchedulerError;
 use crate::output::{ScheduledSequence, SchedulerOutput};
+use crate::prefill_order::PrefillAllowance;
 use crate::prefix_hash::PrefixCacheStats;
-use crate::prefix_hit::PrefixHit;
 use crate::seq_blocks::SeqBlocks;
-use crate::sequence::{SeqId, Sequence, SequenceStatus};
+use crate::sequence::{SeqId, Sequence};
 use crate::step_budget::StepBudget;
+use crate::step_cost::{StepCost, StepWork};
 
 pub struct Scheduler {
     pub(crate) config: SchedulerConfig,
@@ -23,6 +24,9 @@ pub struct Scheduler {
     pub(crate) next_arrival: u64,
     pub(crate) num_preemptions: u64,
     pub(crate) prefix_cache_stats: PrefixCacheStats,
+    pub(crate) step_cost: StepCost,
+    /// What the last `schedule()` handed out, priced when the engine reports its duration.
+    pub(crate) last_step_work: StepWork,
 }
 
 impl Scheduler {
@@ -38,13 +42,17 @@ impl Scheduler {
             next_arrival: 0,
             num_preemptions: 0,
             prefix_cache_stats: PrefixCacheStats::default(),
+            step_cost: StepCost::default(),
+            last_step_work: StepWork::default(),
         })
     }
 
-    /// Plans one forward pass. Running sequences are served first in arrival order
-    /// (preempting the latest arrivals when blocks run out); waiting ones are admitted
-    /// only if nothing was preempted. `num_computed_tokens` advances here, so every
-    /// output must be executed before the next call.
+    /// Plans one forward pass: running decodes first, in arrival order (preempting the latest
+    /// arrivals when blocks run out); then admission from the waiting queue in its order, unless
+    /// something was preempted; then the step's prefill tokens, shortest remaining prefill
+    /// first, with at least half of them kept for the oldest prefilling sequence so that a long
+    /// prompt still progresses every step (`prefill_order`). `num_computed_tokens` advances
+    /// here, so every output must be executed before the next call.
     pub fn schedule(&mut self) -> SchedulerOutput {
         // Last step's KV is written by now, so its full blocks can be shared, and the blocks
         // that left a window go back before anyone needs new ones.
@@ -53,19 +61,77 @@ impl Scheduler {
                 seq.commit_computed_blocks();
             }
         }
-        let with_decodes = self.running.iter().filter_map(|id| self.sequences.get(id)).any(|s| !s.is_prefilling());
-        let mut budget = StepBudget::new(&self.config, with_decodes);
+        let decodes = self.decode_work();
+        let allowance = self.prefill_allowance(decodes);
+        let mut budget = StepBudget::new(self.config.max_num_batched_tokens, allowance.max_tokens());
         let mut out = SchedulerOutput::default();
-        self.schedule_running(&mut budget, &mut out);
+        let prefilling = self.schedule_running(&mut budget, &mut out);
         // Admitting right after a preemption would only thrash the pool.
-        if out.preempted.is_empty() {
-            self.schedule_waiting(&mut budget, &mut out);
-        }
+        let admitted = if out.preempted.is_empty() { self.admit_waiting(allowance.max_tokens()) } else { Vec::new() };
+        self.schedule_prefills(prefilling, admitted, allowance, &mut budget, &mut out);
         out.num_batched_tokens = self.config.max_num_batched_tokens - budget.rows();
+        self.last_step_work = StepWork::default();
+        for row in &out.scheduled {
+            self.last_step_work.add(StepWork::span(row.context_len, row.num_query_tokens + row.scratch_rows));
+        }
         out
     }
 
-    fn schedule_running(&mut self, budget: &mut StepBudget, out: &mut SchedulerOutput) {
+    /// The work of the running sequences that decode (or only catch up on a few tokens).
+    pub(crate) fn decode_work(&self) -> StepWork {
+        let mut work = StepWork::default();
+        for seq in self.running.iter().filter_map(|id| self.sequences.get(id)).filter(|s| !s.is_prefilling()) {
+            work.add(StepWork::span(seq.num_computed_tokens, seq.num_uncomputed_tokens() + seq.scratch_rows));
+        }
+        work
+    }
+
+    /// The prefill a step may carry beside `decodes`. Alone, a prefill takes the whole step.
+    /// Beside decodes, every decode waits for the whole forward: with a TPOT target and a
+    /// fitted step cost, prefill gets the time the target leaves once the decodes are paid
+    /// for, each row priced at its depth in its context (`PrefillAllowance::Seconds`);
+    /// otherwise the fixed `max_prefill_tokens_with_decodes`.
+    pub(crate) fn prefill_allowance(&self, decodes: StepWork) -> PrefillAllowance {
+        let rows = self.config.max_num_batched_tokens;
+        if decodes.rows == 0 {
+            return PrefillAllowance::Tokens(rows);
+        }
+        let free = rows.saturating_sub(decodes.rows);
+        match (self.config.latency_targets.tpot, self.step_cost.model()) {
+            (Some(tpot), Some(model)) => PrefillAllowance::Seconds {
+                left: (tpot.as_secs_f64() - model.seconds(decodes)).max(0.0),
+                model,
+                max_tokens: free,
+                min_tokens: self.config.block_size.min(free),
+            },
+            _ => PrefillAllowance::Tokens(self.config.max_prefill_tokens_with_decodes.min(free)),
+        }
+    }
+
+    /// The most sequences that may run: `max_num_seqs`, or fewer when a TPOT target and the
+    /// fitted step cost say that decoding more at once (each a row at its context, beside a
+    /// block of prefill for the shortest and the oldest prompt) would take a step past the
+    /// target. Never under one, and never under those already running.
+    pub(crate) fn tpot_seq_limit(&self) -> usize {
+        let max = self.config.max_num_seqs;
+        let (Some(tpot), Some(model)) = (self.config.latency_targets.tpot, self.step_cost.model()) else {
+            return max;
+        };
+        let seqs: Vec<&Sequence> = self.running.iter().filter_map(|id| self.sequences.get(id)).collect();
+        let mean_context =
+            if seqs.is_empty() { 0 } else { seqs.iter().map(|s| s.num_tokens()).sum::<usize>() / seqs.len() };
+        let floor = 2 * self.config.block_size;
+        let spare = tpot.as_secs_f64() - model.base - model.chunk_seconds(mean_context, floor);
+        let per_seq = model.chunk_seconds(mean_context, 1);
+        let fits = if per_seq > 0.0 { (spare / per_seq).floor().max(0.0) as usize } else { max };
+        fits.max(1).max(seqs.len().min(max)).min(max)
+    }
+
+    /// Serves running decodes (and sequences whose scratch rows come with all their pending
+    /// tokens) in arrival order; returns the running sequences that are prefilling, whose
+    /// share of the step `schedule_prefills` decides.
+    fn schedule_running(&mut self, budget: &mut StepBudget, out: &mut SchedulerOutput) -> Vec<SeqId> {
+        let mut prefilling_ids = Vec::new();
         let mut i = 0;
         while i < self.running.len() && budget.rows() > 0 {
             let id = self.running[i];
@@ -79,13 +145,15 @@ impl Scheduler {
             // possibly with no token at all. Rows that could never fit beside the pending
             // tokens stay pending while the tokens are served, so nothing waits forever.
             let grant = scratch > 0 && remaining + scratch <= self.config.max_num_batched_tokens;
+            if prefilling && !grant {
+                prefilling_ids.push(id);
+                continue;
+            }
             let n = if grant {
                 if remaining + scratch > budget.rows() {
                     continue;
                 }
                 remaining
-            } else if prefilling {
-                budget.prefill_grant(remaining)
             } else {
                 remaining.min(budget.rows())
             };
@@ -97,31 +165,39 @@ impl Scheduler {
                 break;
             }
             if let Some(scheduled) = self.emit(id, n, grant) {
-                if prefilling && !grant {
-                    budget.take_prefill(n);
-                } else {
-                    budget.take(n);
-                }
-                budget.take(scheduled.scratch_rows);
+                budget.take(n + scheduled.scratch_rows);
                 out.scheduled.push(scheduled);
             }
         }
+        // Preemption took sequences off `running`; they are waiting again.
+        prefilling_ids.retain(|id| self.running.contains(id));
+        prefilling_ids
     }
 
-    /// Grows `id`'s table to `slots`, preempting the latest arrivals until it fits.
-    /// False when `id` itself had to go.
-    fn grow_or_preempt(&mut self, id: SeqId, slots: usize, out: &mut SchedulerOutput) -> bool {
+    /// Grows `id`'s table to `slots` if the pool has the blocks.
+    pub(crate) fn grow(&mut self, id: SeqId, slots: usize) -> bool {
+        let Some(seq) = self.sequences.get_mut(&id) else {
+            return false;
+        };
+        let blocks = seq.blocks.get_or_insert_with(|| SeqBlocks::new(&self.pool, &self.config.kv_group_windows));
+        blocks.ensure_slots(slots)
+    }
+
+    /// Grows `id`'s table to `slots`, preempting the latest arrivals not already scheduled in
+    /// this step until it fits. False when `id` itself had to go, or nobody else could.
+    pub(crate) fn grow_or_preempt(&mut self, id: SeqId, slots: usize, out: &mut SchedulerOutput) -> bool {
         loop {
-            let Some(seq) = self.sequences.get_mut(&id) else {
+            if !self.sequences.contains_key(&id) {
                 return false;
-            };
-            let blocks = seq.blocks.get_or_insert_with(|| SeqBlocks::new(&self.pool, &self.config.kv_group_windows));
-            if blocks.ensure_slots(slots) {
+            }
+            if self.grow(id, slots) {
                 return true;
             }
-            let Some(victim) = self.running.pop() else {
+            let scheduled = |v: &SeqId| out.scheduled.iter().any(|r| r.seq_id == *v);
+            let Some(pos) = self.running.iter().rposition(|v| !scheduled(v)) else {
                 return false;
             };
+            let victim = self.running.remove(pos);
             self.preempt(victim);
             out.preempted.push(victim);
             if victim == id {
@@ -131,7 +207,7 @@ impl Scheduler {
     }
 
     /// `victim` must already be out of `running`.
-    fn preempt(&mut self, victim: SeqId) {
+    pub(crate) fn preempt(&mut self, victim: SeqId) {
         if let Some(seq) = self.sequences.get_mut(&victim) {
             tracing::debug!(seq_id = victim, num_tokens = seq.num_tokens(), "preempted; will recompute");
             seq.reset_for_recompute();
@@ -140,64 +216,9 @@ impl Scheduler {
         }
     }
 
-    fn schedule_waiting(&mut self, budget: &mut StepBudget, out: &mut SchedulerOutput) {
-        while let Some(&id) = self.waiting.front() {
-            if budget.prefill_grant(1) == 0 || self.running.len() >= self.config.max_num_seqs {
-                break;
-            }
-            let Some(seq) = self.sequences.get(&id) else {
-                self.waiting.pop_front();
-                continue;
-            };
-            let len = seq.num_tokens();
-            let bs = self.config.block_size;
-            // The last token is always recomputed: its logits are needed.
-            let cacheable_blocks = if seq.skip_prefix_cache { 0 } else { len.saturating_sub(1) / bs };
-            let windows = &self.config.kv_group_windows;
-            let hit = PrefixHit::find(&self.pool, windows, &seq.token_ids, cacheable_blocks);
-            let num_cached = hit.num_blocks * bs;
-            // A sequence being (re)prefilled has no strategy rows to run yet.
-            let n = budget.prefill_grant(len - num_cached);
-            let lookahead = seq.lookahead_slots;
-            let (arrival, prompt_len) = (seq.arrival, len);
-
-            // The whole current length must fit beside the watermark, so a long prompt does
-            // not start chunking into a pool that would force a preemption right away.
-            // Nothing running means nobody to protect, and waiving it there avoids a livelock.
-            let hit_ids = hit.held_ids();
-            let needed = self.config.pages_for(len + lookahead).saturating_sub(hit_ids.len());
-            let available = self.pool.num_free_blocks().saturating_sub(self.pool.num_evictable(&hit_ids));
-            let headroom = if self.running.is_empty() { 0 } else { self.config.watermark_blocks() };
-            if available < needed + headroom {
-                break;
-            }
-            let mut blocks = SeqBlocks::from_prefix_hit(&self.pool, windows, &hit);
-            if !blocks.ensure_slots(num_cached + n + lookahead) {
-                break;
-            }
-            let Some(seq) = self.sequences.get_mut(&id) else {
-                break;
-            };
-            seq.blocks = Some(blocks);
-            seq.num_computed_tokens = num_cached;
-            seq.num_cached_prompt_tokens.get_or_insert(num_cached.min(seq.num_prompt_tokens));
-            seq.status = SequenceStatus::Running;
-            self.waiting.pop_front();
-            let sequences = &self.sequences;
-            let pos = self.running.partition_point(|o| sequences.get(o).map_or(0, |s| s.arrival) < arrival);
-            self.running.insert(pos, id);
-            self.prefix_cache_stats.queries += prompt_len as u64;
-            self.prefix_cache_stats.hits += num_cached as u64;
-            if let Some(scheduled) = self.emit(id, n, false) {
-                budget.take_prefill(n);
-                out.scheduled.push(scheduled);
-            }
-        }
-    }
-
     /// Hands out the next `n` tokens of `id` and advances `num_computed_tokens`; `None` (and
     /// nothing handed out) unless the tokens exist and the table covers their slots.
-    fn emit(&mut self, id: SeqId, n: usize, grant_scratch: bool) -> Option<ScheduledSequence> {
+    pub(crate) fn emit(&mut self, id: SeqId, n: usize, grant_scratch: bool) -> Option<ScheduledSequence> {
         let seq = self.sequences.get_mut(&id)?;
         let context_len = seq.num_computed_tokens;
         let end = context_len + n;

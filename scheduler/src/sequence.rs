@@ -153,7 +153,7 @@ impl Sequence {
     }
 
     /// Still computing its prompt (or recomputing after a preemption) rather than decoding.
-    pub(crate) fn is_prefilling(&self) -> bool {
+    pub fn is_prefilling(&self) -> bool {
         self.num_computed_tokens < self.prefill_len
     }
 

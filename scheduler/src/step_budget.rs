@@ -1,7 +1,5 @@
 //! What is left of one step's rows, and of the share of them prefill may take.
 
-use crate::config::SchedulerConfig;
-
 pub(crate) struct StepBudget {
     /// Query tokens plus scratch rows still free in this forward.
     rows: usize,
@@ -10,21 +8,24 @@ pub(crate) struct StepBudget {
 }
 
 impl StepBudget {
-    /// `with_decodes`: some running sequence decodes this step, so prefill is capped to keep
-    /// its inter-token latency bounded.
-    pub(crate) fn new(config: &SchedulerConfig, with_decodes: bool) -> Self {
-        let rows = config.max_num_batched_tokens;
-        let prefill_tokens = if with_decodes { config.max_prefill_tokens_with_decodes.min(rows) } else { rows };
-        Self { rows, prefill_tokens }
+    /// `prefill_cap`: the most prefill tokens this step may carry (`PrefillAllowance`).
+    pub(crate) fn new(rows: usize, prefill_cap: usize) -> Self {
+        Self { rows, prefill_tokens: prefill_cap.min(rows) }
     }
 
     pub(crate) fn rows(&self) -> usize {
         self.rows
     }
 
-    /// How many of `wanted` prefill tokens fit in this step.
-    pub(crate) fn prefill_grant(&self, wanted: usize) -> usize {
-        wanted.min(self.rows).min(self.prefill_tokens)
+    /// Prefill tokens still allowed this step.
+    pub(crate) fn prefill_tokens(&self) -> usize {
+        self.prefill_tokens.min(self.rows)
+    }
+
+    /// How many of `wanted` prefill tokens fit in this step, leaving `spared` of them for
+    /// someone else.
+    pub(crate) fn prefill_grant(&self, wanted: usize, spared: usize) -> usize {
+        wanted.min(self.prefill_tokens().saturating_sub(spared))
     }
 
     /// Spends `n` prefill tokens; `n` came from `prefill_grant`.

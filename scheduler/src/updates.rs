@@ -57,7 +57,11 @@ impl Scheduler {
     fn remove(&mut self, id: SeqId) -> Option<Sequence> {
         let seq = self.sequences.remove(&id)?;
         match seq.status {
-            SequenceStatus::Running => self.running.retain(|&x| x != id),
+            SequenceStatus::Running => {
+                self.running.retain(|&x| x != id);
+                // A slot is free again: what admission's estimate of a wait counts.
+                self.step_cost.observe_finish();
+            }
             SequenceStatus::Waiting => self.waiting.retain(|&x| x != id),
         }
         Some(seq)

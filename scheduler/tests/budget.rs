@@ -1,7 +1,7 @@
 mod common;
 
 use common::{config, new_seq, step};
-use entrobatch_scheduler::{FinishReason, Scheduler};
+use entrobatch_scheduler::{FinishReason, Scheduler, StepWork};
 
 #[test]
 fn one_budget_splits_into_decodes_and_a_prefill_chunk() {
@@ -119,4 +119,137 @@ fn recomputation_after_preemption_counts_as_prefill() {
     assert_eq!(victim, Some(3), "the pool was too small for all three");
     assert!(recompute_chunks > 1, "the victim recomputed in capped chunks beside decodes");
     assert!(!s.has_unfinished(), "all finished");
+}
+
+/// Issue 44's starvation case: a long prompt is computing when short requests keep arriving.
+/// The short ones pass it (shortest remaining prefill first), yet it keeps half of every
+/// step's prefill tokens, so it still finishes within twice its time alone; once it decodes,
+/// nothing is left behind.
+#[test]
+fn short_prompts_pass_a_long_one_which_still_progresses_every_step() {
+    let mut config = config(64, 64, 4, 4096);
+    config.max_prefill_tokens_with_decodes = 16;
+    let mut s = Scheduler::new(config).unwrap();
+    // One decoding sequence, so prefill is capped at 16 a step.
+    s.add(new_seq(1, 4, 1000)).unwrap();
+    step(&mut s);
+    s.add(new_seq(2, 800, 4)).unwrap();
+    let alone_steps = 800usize.div_ceil(16);
+    let mut next_id = 3;
+    let mut first_token_step = std::collections::HashMap::new();
+    let mut long_done_at = None;
+    for step_no in 0..4 * alone_steps {
+        // A 6-token request every other step.
+        if step_no % 2 == 0 {
+            s.add(new_seq(next_id, 6, 2)).unwrap();
+            first_token_step.insert(next_id, (step_no, None));
+            next_id += 1;
+        }
+        let before = s.get(2).map(|q| q.num_computed_tokens());
+        let out = step(&mut s);
+        for row in out.scheduled.iter().filter(|r| r.needs_sample) {
+            if let Some((_, first @ None)) = first_token_step.get_mut(&row.seq_id) {
+                *first = Some(step_no);
+            }
+        }
+        if let (Some(before), Some(seq)) = (before, s.get(2)) {
+            if seq.num_output_tokens() == 0 {
+                assert!(seq.num_computed_tokens() >= before + 8, "the long prompt got under half at step {step_no}");
+            } else if long_done_at.is_none() {
+                long_done_at = Some(step_no);
+            }
+        }
+    }
+    let long_done_at = long_done_at.expect("the long prompt finished its prefill");
+    assert!(long_done_at < 2 * alone_steps, "{long_done_at} steps, {alone_steps} alone");
+    // Every short one got its first token within two steps of arriving (it needs one).
+    for (id, (arrived, first)) in first_token_step {
+        if let Some(first) = first {
+            assert!(first <= arrived + 1, "request {id} arrived at {arrived}, first token at {first}");
+        } else {
+            assert!(arrived + 2 >= 4 * alone_steps, "request {id} never started");
+        }
+    }
+}
+
+/// With a TPOT target, prefill beside decodes gets what the target leaves once the fitted
+/// step cost has paid for the decodes, each row priced at its depth in its context: a long
+/// prompt's chunks shrink as its context grows, and every step stays within the target.
+#[test]
+fn a_tpot_target_sizes_prefill_from_the_measured_step_cost() {
+    use std::time::Duration;
+    // The machine: 10 ms a step, 1 ms a row, 2 ms per thousand keys attended.
+    let cost = |out: &entrobatch_scheduler::SchedulerOutput| {
+        let mut work = StepWork::default();
+        for r in &out.scheduled {
+            work.add(StepWork::span(r.context_len, r.num_query_tokens + r.scratch_rows));
+        }
+        0.010 + 0.001 * work.rows as f64 + 0.002 * work.kilo_keys
+    };
+    let tpot = 0.100;
+    let mut config = config(512, 64, 16, 4096);
+    config.max_prefill_tokens_with_decodes = 16;
+    config.latency_targets.tpot = Some(Duration::from_secs_f64(tpot));
+    let mut s = Scheduler::new(config).unwrap();
+    // Warm the fit up on steps of every size: prompts of varied lengths, then decodes.
+    for id in 1..=8 {
+        s.add(new_seq(id, 40 * id as usize, 4000)).unwrap();
+    }
+    for _ in 0..40 {
+        let out = step(&mut s);
+        s.record_step(Duration::from_secs_f64(cost(&out)));
+    }
+    s.add(new_seq(100, 3000, 4)).unwrap();
+    let mut chunks = Vec::new();
+    while s.get(100).is_some_and(|q| q.num_output_tokens() == 0) {
+        let out = step(&mut s);
+        let secs = cost(&out);
+        s.record_step(Duration::from_secs_f64(secs));
+        let left = s.get(100).map_or(0, |q| q.num_tokens() - q.num_computed_tokens());
+        let chunk = out.scheduled.iter().find(|r| r.seq_id == 100).map_or(0, |r| r.num_query_tokens);
+        assert!(chunk >= 16.min(chunk + left), "the prompt stalled");
+        assert!(secs <= tpot * 1.05 || chunk == 16, "{secs} s with a {chunk}-token chunk");
+        chunks.push(chunk);
+        assert!(chunks.len() < 400);
+    }
+    // Deeper into the prompt, each row costs more: the chunks shrink.
+    let (first, last) = (chunks[0], chunks[chunks.len() - 2]);
+    assert!(first > 2 * last, "{chunks:?}");
+    assert!(first > 16, "more than the fixed cap while the target allows it: {chunks:?}");
+}
+
+/// With a TPOT target, admission stops where decoding one more sequence would take a step past
+/// the target (the fitted cost of a row each, beside a block of prefill for the shortest and
+/// the oldest prompt), and the rest wait their turn instead of slowing everyone down.
+#[test]
+fn a_tpot_target_caps_how_many_sequences_decode_at_once() {
+    use std::time::Duration;
+    // The machine: 10 ms a step and 5 ms a row.
+    let cost = |out: &entrobatch_scheduler::SchedulerOutput| 0.010 + 0.005 * out.num_batched_tokens as f64;
+    let mut config = config(512, 64, 4, 4096);
+    config.latency_targets.tpot = Some(Duration::from_millis(100));
+    let mut s = Scheduler::new(config).unwrap();
+    // Steps of every size teach the fit what a row costs.
+    for id in 1..=8 {
+        s.add(new_seq(id, 10 * id as usize, 6)).unwrap();
+    }
+    for _ in 0..20 {
+        let out = step(&mut s);
+        s.record_step(Duration::from_secs_f64(cost(&out)));
+    }
+    assert_eq!(s.num_running(), 0);
+    for id in 100..130 {
+        s.add(new_seq(id, 8, 40)).unwrap();
+    }
+    let mut most = 0;
+    let mut steps = 0;
+    while s.num_running() + s.num_waiting() > 0 {
+        let out = step(&mut s);
+        s.record_step(Duration::from_secs_f64(cost(&out)));
+        most = most.max(s.num_running());
+        steps += 1;
+        assert!(steps < 2000, "the queue never drained");
+    }
+    // 100 ms - 10 ms - two blocks of prefill (8 rows, 40 ms) leaves 50 ms: 10 rows at 5 ms.
+    assert_eq!(most, 10);
 }

@@ -77,6 +77,7 @@ fn scheduler_config() -> impl Strategy<Value = SchedulerConfig> {
             max_model_len: 44,
             kv_group_windows,
             enable_prefix_caching: caching,
+            latency_targets: Default::default(),
         },
     )
 }

@@ -92,3 +92,65 @@ fn shutdown_drains_in_flight_requests_and_refuses_new_ones() {
         .collect();
     assert_eq!(finish, vec!["length".to_string()]);
 }
+
+/// Issue 44: with a TTFT target, a request the queue would delay past it is refused at once
+/// (429, `Retry-After`, its own code), `/ready` says why, and the metrics count it; a request
+/// with its own looser target is queued and served.
+#[test]
+fn a_request_the_queue_would_delay_past_its_ttft_target_is_refused_at_once() {
+    let mut config = engine_config(tiny_model("ttft-gate", 4096));
+    // One slot: whoever holds it makes every newcomer wait for its whole output.
+    config.max_num_seqs = 1;
+    config.max_queued_requests = Some(8);
+    config.latency_targets.ttft = Some(Duration::from_millis(200));
+    config.faults = FaultInjection { slow_forward: Some(Duration::from_millis(20)), ..Default::default() };
+    let server = TestServer::start(config);
+    let params = GenerationParams {
+        sampling: SamplingParams::greedy(),
+        max_tokens: 400,
+        ignore_eos: true,
+        ..Default::default()
+    };
+    // A cold engine has no step time to estimate from, and nothing queued: admitted.
+    let long = server.engine.submit(Request::new(Prompt::Text("a".into()), params)).expect("submit");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while server.metric("entrobatch_generation_tokens_total") < 10.0 {
+        assert!(Instant::now() < deadline, "the long request never decoded");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let short = json!({ "prompt": "b", "max_tokens": 4 });
+    let refused = server.post_json("/v1/completions", &short);
+    assert_eq!(refused.status, 429, "{}", refused.text());
+    assert_eq!(refused.json()["error"]["code"], "ttft_target_unreachable");
+    let message = refused.json()["error"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(message.contains("200 ms TTFT target"), "{message}");
+    // About 390 tokens left at 20+ ms each: seconds before the slot frees.
+    let retry: u64 = refused.header("retry-after").expect("Retry-After").parse().expect("seconds");
+    assert!((2..=60).contains(&retry), "{retry}");
+    let ready = server.get("/ready");
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    assert!(ready.text().contains("TTFT target"), "{}", ready.text());
+    assert_eq!(server.metric("entrobatch_requests_refused_total{reason=\"ttft_target\"}"), 1.0);
+
+    let zero = server.post_json("/v1/completions", &json!({ "prompt": "b", "max_tokens": 4, "ttft_target_ms": 0 }));
+    assert_eq!(zero.status, 400, "{}", zero.text());
+    assert_eq!(zero.json()["error"]["param"], "ttft_target_ms", "{}", zero.text());
+
+    // Its own target of ten minutes: queued behind the long one, served once it ends.
+    let addr = server.addr;
+    let patient = std::thread::spawn(move || {
+        let body = json!({ "prompt": "b", "max_tokens": 4, "ttft_target_ms": 600_000 }).to_string();
+        read_response(send(addr, "POST", "/v1/completions", body.as_bytes()))
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.engine.in_flight() < 2 {
+        assert!(Instant::now() < deadline, "the patient request was never queued");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    long.abort();
+    let _ = long.collect_blocking();
+    let served = patient.join().expect("client thread");
+    assert_eq!(served.status, 200, "{}", served.text());
+    assert_eq!(server.metric("entrobatch_requests_refused_total{reason=\"ttft_target\"}"), 1.0);
+}

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use entrobatch::scheduler::SchedulerConfig;
 use entrobatch::structured::GrammarLimits;
-use entrobatch::{Engine, EngineConfig};
+use entrobatch::{Engine, EngineConfig, LatencyTargets};
 use entrobatch_server::{serve_until_signal, GenerationConfig, GenerationDefaults, ServerConfig};
 
 #[derive(Args, Debug)]
@@ -33,8 +33,18 @@ pub struct ServeArgs {
     pub max_num_batched_tokens: usize,
     /// Prefill tokens a step may carry while sequences decode in it: bounds the stall an
     /// arrival's prompt puts on every stream (inter-token latency) at some cost in its TTFT.
+    /// With --tpot-slo-ms the target sizes it instead, from the measured step time.
     #[arg(long, default_value_t = SchedulerConfig::default().max_prefill_tokens_with_decodes)]
     pub max_prefill_tokens_with_decodes: usize,
+    /// Time-to-first-token target: a request the queue would delay past it is refused at once
+    /// with 429 and Retry-After (the estimate counts the wait before its prompt starts, from
+    /// the measured step time). A request may send its own `ttft_target_ms`. Off by default.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub ttft_slo_ms: Option<u64>,
+    /// Time-per-output-token target: a step with decodes in it carries as many prefill tokens
+    /// as the measured step time allows within it (at least one block). Off by default.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub tpot_slo_ms: Option<u64>,
     /// Context limit; default: the model's own.
     #[arg(long)]
     pub max_model_len: Option<usize>,
@@ -90,6 +100,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     config.max_num_seqs = args.max_num_seqs;
     config.max_num_batched_tokens = args.max_num_batched_tokens;
     config.max_prefill_tokens_with_decodes = args.max_prefill_tokens_with_decodes;
+    config.latency_targets = LatencyTargets {
+        ttft: args.ttft_slo_ms.map(Duration::from_millis),
+        tpot: args.tpot_slo_ms.map(Duration::from_millis),
+    };
     config.max_queued_requests = Some(args.max_queue.unwrap_or_else(|| config.serving_max_queued_requests()));
     config.max_model_len = args.max_model_len;
     config.kv_cache_bytes = args.kv_cache_mb << 20;

@@ -22,6 +22,7 @@ use crate::command::Command;
 use crate::event::{FinishReason, GeneratedToken, RequestId};
 #[cfg(feature = "faults")]
 use crate::faults::FaultInjection;
+use crate::latency_gate::LatencyGate;
 use crate::logits_check::check_logits_finite;
 use crate::metrics::EngineMetrics;
 use crate::request_state::{RequestState, SequenceCounts};
@@ -73,6 +74,7 @@ pub(crate) struct EngineLoop {
     runner: ModelRunner,
     tokenizer: Arc<Tokenizer>,
     metrics: Arc<EngineMetrics>,
+    gate: Arc<LatencyGate>,
     commands: Receiver<Command>,
     requests: HashMap<RequestId, RequestState>,
     admission: Admission,
@@ -91,6 +93,7 @@ impl EngineLoop {
         runner: ModelRunner,
         tokenizer: Arc<Tokenizer>,
         metrics: Arc<EngineMetrics>,
+        gate: Arc<LatencyGate>,
         commands: Receiver<Command>,
     ) -> Self {
         let admission = Admission::new(tokenizer.eos_token_ids.clone());
@@ -99,6 +102,7 @@ impl EngineLoop {
             runner,
             tokenizer,
             metrics,
+            gate,
             commands,
             requests: HashMap::new(),
             admission,
@@ -253,8 +257,10 @@ impl EngineLoop {
             }
         }
         self.runner.recycle(output);
+        let elapsed = started.elapsed();
+        self.scheduler.record_step(elapsed);
         self.metrics.steps.fetch_add(1, Ordering::Relaxed);
-        self.metrics.step_duration.observe(started.elapsed().as_secs_f64());
+        self.metrics.step_duration.observe(elapsed.as_secs_f64());
     }
 
     #[cfg(feature = "faults")]
@@ -419,5 +425,6 @@ impl EngineLoop {
         let prefix = s.prefix_cache_stats();
         m.prefix_cache_queries.store(prefix.queries, Ordering::Relaxed);
         m.prefix_cache_hits.store(prefix.hits, Ordering::Relaxed);
+        self.gate.publish(s.queue_load());
     }
 }

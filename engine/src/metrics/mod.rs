@@ -17,6 +17,10 @@ pub use wedlm::WedlmMetrics;
 pub struct EngineMetrics {
     pub requests_finished: [AtomicU64; 4],
     pub requests_rejected: AtomicU64,
+    /// Of `requests_rejected`, those refused at submission: the in-flight bound was reached,
+    /// or they would have waited past their TTFT target.
+    pub requests_refused_queue_full: AtomicU64,
+    pub requests_refused_ttft: AtomicU64,
     /// Requests submitted whose `Finished` event has not been emitted yet; `submit` reserves
     /// a slot here before queueing, so the queue bound holds exactly, between steps too.
     pub in_flight: AtomicU64,
@@ -56,6 +60,8 @@ impl Default for EngineMetrics {
         Self {
             requests_finished: Default::default(),
             requests_rejected: AtomicU64::new(0),
+            requests_refused_queue_full: AtomicU64::new(0),
+            requests_refused_ttft: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             running: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
@@ -146,6 +152,10 @@ impl EngineMetrics {
             let _ = writeln!(out, "entrobatch_requests_total{{outcome=\"{}\"}} {}", reason.as_str(), g(c));
         }
         let _ = writeln!(out, "entrobatch_requests_total{{outcome=\"rejected\"}} {}", g(&self.requests_rejected));
+        let name = "entrobatch_requests_refused_total";
+        let _ = writeln!(out, "# HELP {name} Requests refused at submission, by why.\n# TYPE {name} counter");
+        let _ = writeln!(out, "{name}{{reason=\"ttft_target\"}} {}", g(&self.requests_refused_ttft));
+        let _ = writeln!(out, "{name}{{reason=\"queue_full\"}} {}", g(&self.requests_refused_queue_full));
         // vLLM's name for the same counts (every finished request, by why it finished).
         let name = "entrobatch_request_success_total";
         let _ = writeln!(out, "# HELP {name} Finished requests by finish reason.\n# TYPE {name} counter");

@@ -156,6 +156,9 @@ impl Validation {
             let reason = format!("prompt_logprobs must be at most {MAX_PROMPT_LOGPROBS}");
             return Err(EngineError::invalid("prompt_logprobs", reason));
         }
+        if params.ttft_target_ms == Some(0) {
+            return Err(EngineError::invalid("ttft_target_ms", "a TTFT target must be at least 1 ms"));
+        }
         let strategy = self.build_request_strategy(&params)?;
         if let Decoding::Wedlm(_) = params.decoding {
             // Refused rather than silently dropped: the client would get output it did not ask for.

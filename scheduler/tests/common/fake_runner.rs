@@ -88,8 +88,25 @@ impl Driver {
     /// append tokens and ask for rows. A token id stops a sequence every `stop_every` ticks.
     pub fn step(&mut self, stop_every: u32) -> usize {
         let running_before: Vec<SeqId> = self.s.running_ids().collect();
+        // Rows that compute a prompt (not strategy rows that come with their scratch rows).
+        let prefilling_before: Vec<SeqId> = running_before
+            .iter()
+            .chain(self.s.waiting_ids().collect::<Vec<_>>().iter())
+            .copied()
+            .filter(|&id| self.s.get(id).is_some_and(|q| q.is_prefilling() && q.scratch_rows() == 0))
+            .collect();
+        let decodes = running_before.iter().any(|&id| self.s.get(id).is_some_and(|q| !q.is_prefilling()));
         let out = self.s.schedule();
         check_output(&self.s, &out);
+        let config = self.s.config();
+        let cap = if decodes { config.max_prefill_tokens_with_decodes } else { config.max_num_batched_tokens };
+        let prefill: usize = out
+            .scheduled
+            .iter()
+            .filter(|r| prefilling_before.contains(&r.seq_id) && r.scratch_rows == 0)
+            .map(|r| r.num_query_tokens)
+            .sum();
+        assert!(prefill <= cap, "{prefill} prefill tokens beside decodes, cap {cap}");
         for &id in &out.preempted {
             assert!(self.s.get(id).is_some_and(|seq| seq.num_computed_tokens() == 0));
             assert!(out.scheduled.iter().all(|r| r.seq_id != id), "victim re-admitted in the step that preempted it");

@@ -15,6 +15,7 @@ pub fn config(budget: usize, max_num_seqs: usize, block_size: usize, num_blocks:
         max_model_len: 1 << 16,
         kv_group_windows: vec![None],
         enable_prefix_caching: false,
+        latency_targets: Default::default(),
     }
 }
 

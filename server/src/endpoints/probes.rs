@@ -36,5 +36,14 @@ pub async fn ready(State(state): State<AppState>) -> Response {
         let message = format!("at capacity: {in_flight} requests in flight (bound {bound})");
         return ApiError::unavailable(message).with_retry_after(1).into_response();
     }
+    if let Some((wait, target)) = state.engine.estimated_wait().filter(|(wait, target)| wait > target) {
+        let message = format!(
+            "a new request would wait about {} ms before its prompt starts, past the {} ms TTFT target",
+            wait.as_millis(),
+            target.as_millis()
+        );
+        let retry_after = (wait - target).as_secs_f64().ceil().max(1.0) as u64;
+        return ApiError::unavailable(message).with_retry_after(retry_after).into_response();
+    }
     Json(Health { status: "ready", in_flight: Some(in_flight), max_in_flight: bound }).into_response()
 }

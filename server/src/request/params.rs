@@ -102,6 +102,7 @@ pub fn parse_common(
         decoding,
         return_metrics: c.return_metrics.unwrap_or(false),
         structured: parse_structured(&mut c.structured)?,
+        ttft_target_ms: c.ttft_target_ms,
         ..GenerationParams::default()
     };
     Ok(ParsedParams {

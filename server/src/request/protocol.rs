@@ -58,6 +58,9 @@ pub struct CommonParams {
     pub return_metrics: Option<bool>,
     /// vLLM extension: generated token ids in `token_ids`.
     pub return_token_ids: Option<bool>,
+    /// entrobatch extension: this request's time-to-first-token target in ms (the server's
+    /// `--ttft-slo-ms` otherwise); a request the queue would delay past it gets a 429 at once.
+    pub ttft_target_ms: Option<u64>,
     #[serde(flatten)]
     pub structured: StructuredFields,
 }

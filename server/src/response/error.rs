@@ -115,6 +115,13 @@ impl From<EngineError> for ApiError {
                 Self::invalid_param("response_format", message).with_code("invalid_structured_output")
             }
             EngineError::Structured(_) => Self::internal(message),
+            // The queue drains in about `retry_after`; a balancer can send it elsewhere now.
+            EngineError::WouldMissTtft(miss) => {
+                let retry_after = miss.retry_after.as_secs().max(1);
+                Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
+                    .with_code("ttft_target_unreachable")
+                    .with_retry_after(retry_after)
+            }
             EngineError::QueueFull(_) => {
                 // A slot frees as soon as any running request finishes: seconds, not minutes.
                 Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)

@@ -95,6 +95,7 @@ pub fn chat_request(req: MessagesRequest, generate: bool) -> Result<ChatRequest,
         stream: req.stream,
         decoding: req.decoding,
         return_metrics: req.return_metrics,
+        ttft_target_ms: req.ttft_target_ms,
         structured: StructuredFields { response_format, ..StructuredFields::default() },
         ..CommonParams::default()
     };

@@ -50,6 +50,9 @@ pub struct MessagesRequest {
     /// entrobatch extension: per-token entropy metrics in `token_metrics`.
     #[serde(default)]
     pub return_metrics: Option<bool>,
+    /// entrobatch extension: this request's TTFT target in ms, as on the OpenAI routes.
+    #[serde(default)]
+    pub ttft_target_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

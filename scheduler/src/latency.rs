@@ -1,0 +1,206 @@
+//! Latency targets and the admission rule that keeps them: a request that would wait past
+//! its TTFT target is refused at once, with how long to wait before trying again, rather than
+//! served late (goodput, not throughput, is what a client sees).
+
+use std::time::Duration;
+
+use crate::scheduler::Scheduler;
+use crate::step_cost::StepWork;
+
+/// What a deployment promises its clients; both off by default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LatencyTargets {
+    /// Time to first token. Admission refuses a request whose estimated wait before its prompt
+    /// starts computing exceeds it; its own prefill is not counted, so a prompt too long to
+    /// make the target even on an idle engine is still served when nothing is ahead of it.
+    pub ttft: Option<Duration>,
+    /// Time per output token: the longest a step with decodes in it should take, so prefill
+    /// beside decodes gets what the decodes leave of it (`Scheduler::prefill_allowance`).
+    pub tpot: Option<Duration>,
+}
+
+/// The queue as admission sees it, taken by the engine after each step; admission itself runs
+/// on the caller's thread from this copy.
+#[derive(Clone, Debug, Default)]
+pub struct QueueLoad {
+    pub ttft_target: Option<Duration>,
+    /// Tokens each prefilling sequence (running or waiting) has left to compute, ascending.
+    pub prefill_remaining: Vec<usize>,
+    /// The oldest prefilling sequence's remaining tokens: it keeps half of each step's prefill.
+    pub oldest_remaining: usize,
+    /// Prefill tokens per step beside the present decodes.
+    pub prefill_per_step: usize,
+    /// Output tokens each running sequence may still produce at most, ascending.
+    pub running_max_remaining: Vec<usize>,
+    pub num_waiting: usize,
+    /// The most sequences that may run now (`max_num_seqs`, or fewer under a TPOT target).
+    pub max_num_seqs: usize,
+    /// A step's fitted duration at the present load; `None` until the fit has data.
+    pub step: Option<Duration>,
+    /// Sequences finished per second lately.
+    pub finish_rate: Option<f64>,
+}
+
+/// Why admission refused: the estimated wait and the target it would miss.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WouldMissTtft {
+    pub estimated_wait: Duration,
+    pub target: Duration,
+    /// When the queue ahead should have drained enough to make the target (at least 1 s).
+    pub retry_after: Duration,
+}
+
+impl QueueLoad {
+    /// The wait before a new prompt of `prompt_len` tokens starts computing, with `unadmitted`
+    /// requests submitted since this snapshot ahead of it; `None` while the step cost has no
+    /// fit (a cold engine admits).
+    pub fn estimate_wait(&self, prompt_len: usize, unadmitted: usize) -> Option<Duration> {
+        let step = self.step?.as_secs_f64();
+        let per_step = self.prefill_per_step.max(1);
+        // Shorter prompts go first; an older, longer one keeps half of each step's prefill.
+        let ahead: usize =
+            self.prefill_remaining.iter().take_while(|&&r| r <= prompt_len).sum::<usize>() + unadmitted * prompt_len;
+        let kept = if self.oldest_remaining > prompt_len { self.oldest_remaining.min(per_step.div_ceil(2)) } else { 0 };
+        let prefill_steps = ahead.div_ceil((per_step - kept).max(1));
+        // A slot frees when a running sequence finishes: the k-th soonest can take no longer
+        // than its remaining output, and lately they finished at `finish_rate` a second.
+        let queued = self.num_waiting + unadmitted + 1;
+        let running = self.running_max_remaining.len();
+        let needed = (running + queued).saturating_sub(self.max_num_seqs);
+        let slot_wait = if needed == 0 {
+            0.0
+        } else {
+            let by_length =
+                self.running_max_remaining.get(needed - 1).map_or(f64::INFINITY, |&tokens| tokens as f64 * step);
+            let by_rate = self.finish_rate.map_or(f64::INFINITY, |rate| needed as f64 / rate);
+            let wait = by_length.min(by_rate);
+            if wait.is_finite() {
+                wait
+            } else {
+                // Nothing has finished yet and more are queued than running: as long as the
+                // longest running output.
+                self.running_max_remaining.last().map_or(0.0, |&t| t as f64 * step)
+            }
+        };
+        Some(Duration::from_secs_f64(slot_wait + prefill_steps as f64 * step))
+    }
+
+    /// Admits a prompt of `prompt_len` tokens unless its estimated wait exceeds the TTFT target.
+    pub fn admit(&self, prompt_len: usize, unadmitted: usize) -> Result<(), WouldMissTtft> {
+        let (Some(target), Some(wait)) = (self.ttft_target, self.estimate_wait(prompt_len, unadmitted)) else {
+            return Ok(());
+        };
+        if wait <= target {
+            return Ok(());
+        }
+        let retry_after = Duration::from_secs((wait - target).as_secs_f64().ceil().max(1.0) as u64);
+        Err(WouldMissTtft { estimated_wait: wait, target, retry_after })
+    }
+}
+
+impl Scheduler {
+    /// Feeds the step cost: the last `schedule()`'s output took `elapsed` to execute,
+    /// scheduling and sampling included.
+    pub fn record_step(&mut self, elapsed: Duration) {
+        self.step_cost.observe(self.last_step_work, elapsed);
+    }
+
+    /// The queue now, for admission on another thread.
+    pub fn queue_load(&self) -> QueueLoad {
+        let mut prefill_remaining = Vec::new();
+        let mut oldest: Option<(u64, usize)> = None;
+        let mut running_max_remaining = Vec::new();
+        let queued = self.running.iter().chain(self.waiting.iter());
+        for seq in queued.filter_map(|id| self.sequences.get(id)) {
+            if seq.is_prefilling() || seq.blocks.is_none() {
+                let remaining = seq.num_uncomputed_tokens();
+                prefill_remaining.push(remaining);
+                if oldest.is_none_or(|(arrival, _)| seq.arrival < arrival) {
+                    oldest = Some((seq.arrival, remaining));
+                }
+            }
+            if seq.blocks.is_some() {
+                running_max_remaining.push(seq.max_tokens.saturating_sub(seq.num_output_tokens()));
+            }
+        }
+        prefill_remaining.sort_unstable();
+        running_max_remaining.sort_unstable();
+        let decodes = self.decode_work();
+        // What a fresh prompt gets a step (as if one sequence decoded, when none does).
+        let allowance = self.prefill_allowance(StepWork { rows: decodes.rows.max(1), ..decodes });
+        let prefill_per_step = allowance.tokens_at_context(0);
+        let prefill_next = prefill_per_step.min(prefill_remaining.iter().sum());
+        let mut next = decodes;
+        next.add(StepWork { rows: prefill_next, kilo_keys: 0.0 });
+        // A step deep in a long prompt costs more than a fresh prompt's: the last step says so.
+        let step = match (self.step_cost.predict(next), self.step_cost.predict(self.last_step_work)) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        QueueLoad {
+            ttft_target: self.config.latency_targets.ttft,
+            prefill_remaining,
+            oldest_remaining: oldest.map_or(0, |(_, r)| r),
+            prefill_per_step,
+            running_max_remaining,
+            num_waiting: self.waiting.len(),
+            max_num_seqs: self.tpot_seq_limit(),
+            step,
+            finish_rate: self.step_cost.finish_rate(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    fn load() -> QueueLoad {
+        QueueLoad {
+            ttft_target: Some(ms(2000)),
+            prefill_per_step: 64,
+            max_num_seqs: 4,
+            step: Some(ms(100)),
+            ..QueueLoad::default()
+        }
+    }
+
+    #[test]
+    fn an_idle_engine_admits_and_a_cold_one_does_not_guess() {
+        assert_eq!(load().estimate_wait(30_000, 0), Some(Duration::ZERO));
+        assert!(load().admit(30_000, 0).is_ok());
+        let cold = QueueLoad { step: None, prefill_remaining: vec![1_000_000], ..load() };
+        assert_eq!(cold.estimate_wait(10, 0), None);
+        assert!(cold.admit(10, 0).is_ok());
+    }
+
+    #[test]
+    fn a_short_prompt_waits_only_for_shorter_ones_and_its_share_beside_the_oldest() {
+        let l = QueueLoad { prefill_remaining: vec![100, 200, 30_000], oldest_remaining: 30_000, ..load() };
+        // 300 tokens ahead at 32 a step (the oldest keeps 32): 10 steps.
+        assert_eq!(l.estimate_wait(200, 0), Some(ms(1000)));
+        // A longer prompt also waits for the 30k one, which then has the whole step.
+        assert_eq!(l.estimate_wait(40_000, 0), Some(ms(100 * 30_300u64.div_ceil(64))));
+        let refused = l.admit(40_000, 0).unwrap_err();
+        assert_eq!(refused.target, ms(2000));
+        assert!(refused.retry_after >= Duration::from_secs(1));
+        assert!(refused.estimated_wait - refused.target <= refused.retry_after);
+    }
+
+    #[test]
+    fn a_full_engine_waits_for_the_soonest_finishes() {
+        // Four running (the most), two waiting: a new one needs three to finish.
+        let l = QueueLoad { running_max_remaining: vec![5, 10, 40, 128], num_waiting: 2, ..load() };
+        assert_eq!(l.estimate_wait(10, 0), Some(ms(4000)));
+        let faster = QueueLoad { finish_rate: Some(3.0), ..l.clone() };
+        assert_eq!(faster.estimate_wait(10, 0), Some(ms(1000)));
+        assert!(faster.admit(10, 0).is_ok());
+        assert!(l.admit(10, 0).is_err());
+        // Requests submitted since the snapshot count as queued ahead.
+        assert!(faster.admit(10, 4).is_err());
+    }
+}
