@@ -185,5 +185,5 @@ fn smollm2_mti_batched_with_plain_leaves_plain_tokens_exact() {
 #[test]
 fn tiny_model_mti_batched_with_plain_under_preemption() {
     let path = tiny_model(&TinyModelSpec::llama(), "mti-batched");
-    batched_with_plain(&path, 20, true);
+    batched_with_plain(&path, 12, true);
 }

@@ -9,7 +9,8 @@ use crate::sequence::SeqId;
 /// the KV of these tokens as written and may share it through the prefix cache.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SchedulerOutput {
-    /// Running sequences first (arrival order), then newly admitted ones.
+    /// Decodes first (arrival order), then prefill chunks in the order `prefill_order` serves
+    /// them.
     pub scheduled: Vec<ScheduledSequence>,
     /// Sequences preempted this step: their blocks are gone and they will recompute
     /// from scratch; drop any per-sequence strategy state.
