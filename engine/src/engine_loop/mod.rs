@@ -131,6 +131,7 @@ impl EngineLoop {
             if self.requests.is_empty() {
                 // Aborts free blocks without a step: show it before going idle.
                 self.publish_gauges();
+                self.publish_queue_load();
                 if self.draining {
                     break;
                 }
@@ -138,6 +139,7 @@ impl EngineLoop {
             }
             self.step();
             self.publish_gauges();
+            self.publish_queue_load();
         }
         self.admission.abort_all_followers();
         for (id, state) in self.requests.drain() {
@@ -425,6 +427,11 @@ impl EngineLoop {
         let prefix = s.prefix_cache_stats();
         m.prefix_cache_queries.store(prefix.queries, Ordering::Relaxed);
         m.prefix_cache_hits.store(prefix.hits, Ordering::Relaxed);
-        self.gate.publish(s.queue_load());
+    }
+
+    /// The queue for admission on the submitting threads: once a loop iteration, not on every
+    /// finish (building it sorts the queue), so a finish reaches it one step later.
+    fn publish_queue_load(&self) {
+        self.gate.publish(self.scheduler.queue_load());
     }
 }
