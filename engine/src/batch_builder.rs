@@ -14,6 +14,8 @@ pub struct SpanResult {
     pub span_index: usize,
     /// Indices into the forward's logits rows, in the order the strategy asked for them.
     pub logits_indices: Vec<usize>,
+    /// Draft tokens verified in this span (`Scheduler::accept_draft` follows).
+    pub num_draft_tokens: usize,
     pub context_len: usize,
     /// Query rows whose logits score prompt tokens, and the index of the first of their
     /// logits rows (the rest follow in order).
@@ -41,6 +43,7 @@ pub fn build_batch(
             continue;
         };
         let token_ids = scheduler.query_token_ids(scheduled);
+        let draft = scheduler.draft_token_ids(scheduled);
         let span_plan = SpanPlan {
             context_len: scheduled.context_len,
             token_ids,
@@ -48,23 +51,31 @@ pub fn build_batch(
             needs_sample: scheduled.needs_sample,
         };
         let scratch = state.strategy.scratch_rows(&span_plan);
-        let query_len = token_ids.len() + scratch.len();
+        let token_rows = token_ids.len() + draft.len();
+        let query_len = token_rows + scratch.len();
         if query_len == 0 {
             continue;
         }
         let query_start = batch.input_ids.len();
         batch.input_ids.extend_from_slice(token_ids);
-        batch.positions.extend(scheduled.positions().map(|p| p as u32));
-        // `emit` checked that every group's table covers every query position.
+        batch.input_ids.extend_from_slice(draft);
+        let token_positions = scheduled.positions().chain(scheduled.draft_positions());
+        batch.positions.extend(token_positions.clone().map(|p| p as u32));
+        // The scheduler grew every group's table over every query and draft position.
         for (group, mapping) in batch.slot_mappings.iter_mut().enumerate() {
-            mapping.extend(scheduled.positions().map(|p| seq.slot(group, p).unwrap_or(-1)));
+            mapping.extend(token_positions.clone().map(|p| seq.slot(group, p).unwrap_or(-1)));
             mapping.extend(std::iter::repeat_n(-1, scratch.len()));
         }
         for row in &scratch {
             batch.input_ids.push(row.token_id);
             batch.positions.push(row.position);
         }
-        let local_rows = state.strategy.logits_rows(&span_plan, scratch.len());
+        // A draft is verified on the last token's row and every draft row after it.
+        let local_rows = if draft.is_empty() {
+            state.strategy.logits_rows(&span_plan, scratch.len())
+        } else {
+            (token_ids.len() - 1..token_rows).collect()
+        };
         let mut logits_indices = Vec::with_capacity(local_rows.len());
         for row in local_rows.into_iter().filter(|&r| r < query_len) {
             logits_indices.push(batch.logits_rows.len());
@@ -86,6 +97,7 @@ pub fn build_batch(
             seq_id: scheduled.seq_id,
             span_index: batch.seqs.len(),
             logits_indices,
+            num_draft_tokens: draft.len(),
             context_len: scheduled.context_len,
             prompt_rows,
             scoring_done: state.params.is_scoring_only() && scheduled.needs_sample,

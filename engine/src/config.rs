@@ -3,6 +3,7 @@ use std::path::PathBuf;
 use entrobatch_model_runner::{AttentionKernel, KvDtype, MatmulMode};
 use entrobatch_scheduler::{LatencyTargets, SchedulerConfig};
 
+use crate::speculative::SpeculativeConfig;
 use crate::structured::GrammarLimits;
 
 /// Everything `Engine::start` needs; defaults suit a 2-core CPU and a sub-1B model.
@@ -42,6 +43,8 @@ pub struct EngineConfig {
     /// TTFT and TPOT targets: admission refuses what would wait past the TTFT target, and a
     /// step beside decodes is sized to the TPOT target (`LatencyTargets`). Off by default.
     pub latency_targets: LatencyTargets,
+    /// Drafts for speculative decoding (`--speculative-config`); `None`: no speculation.
+    pub speculative: Option<SpeculativeConfig>,
     /// Test-only faults (tests/faults.rs; feature `faults`, never in a release build).
     #[cfg(feature = "faults")]
     #[doc(hidden)]
@@ -74,6 +77,7 @@ impl EngineConfig {
             max_queued_requests: None,
             grammar_limits: GrammarLimits::default(),
             latency_targets: LatencyTargets::default(),
+            speculative: None,
             #[cfg(feature = "faults")]
             faults: Default::default(),
         }

@@ -74,6 +74,9 @@ impl Engine {
                 config.model_path.display()
             )));
         }
+        if let Some(speculative) = &config.speculative {
+            speculative.validate()?;
+        }
         // A GGUF file, or a Hugging Face checkpoint directory (config.json + safetensors).
         let (mut model, tokenizer) = load_model(&config.model_path, config.matmul_mode)?;
         model.set_attention_kernel(config.attention_kernel);
@@ -114,10 +117,13 @@ impl Engine {
             limits,
             config.grammar_limits,
             metrics.clone(),
+            config.speculative.clone(),
         );
         let (commands, receiver) = crossbeam_channel::unbounded();
         let gate = Arc::new(LatencyGate::default());
-        let engine_loop = EngineLoop::new(scheduler, runner, tokenizer, metrics.clone(), gate.clone(), receiver);
+        let method = config.speculative.as_ref().map(|s| s.method);
+        let engine_loop =
+            EngineLoop::new(scheduler, runner, tokenizer, metrics.clone(), gate.clone(), receiver, method);
         #[cfg(feature = "faults")]
         let engine_loop = engine_loop.with_faults(config.faults.clone());
         let thread = std::thread::Builder::new()

@@ -26,6 +26,7 @@ pub mod metrics;
 mod prompt_scoring;
 pub mod request;
 mod request_state;
+pub mod speculative;
 pub mod stop_checker;
 pub mod strategy;
 pub mod structured;
@@ -41,5 +42,6 @@ pub use event::{Event, FinishReason, GeneratedToken, PromptLogprob, RequestId, T
 pub use handle::{GenerationOutput, RequestHandle};
 pub use metrics::EngineMetrics;
 pub use request::{GenerationParams, Prompt, Request};
+pub use speculative::{SpeculativeConfig, SpeculativeMethod};
 pub use strategy::{Decoding, StrategyError};
 pub use validation::PreparedRequest;

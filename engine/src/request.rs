@@ -52,6 +52,10 @@ pub struct GenerationParams {
     /// engine's (`EngineConfig::latency_targets`): admission refuses it at once if the queue
     /// ahead would delay its first token past it.
     pub ttft_target_ms: Option<u64>,
+    /// Speculative decoding for this request: `Some(true)` asks for it (refused where the
+    /// engine has no drafter or the strategy cannot speculate), `Some(false)` turns it off,
+    /// `None` takes the engine's default (on when it has a drafter and the strategy allows).
+    pub speculative: Option<bool>,
 }
 
 impl Default for GenerationParams {
@@ -72,6 +76,7 @@ impl Default for GenerationParams {
             chat_template_kwargs: serde_json::Map::new(),
             prompt_logprobs: None,
             ttft_target_ms: None,
+            speculative: None,
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::in_flight::InFlightPermit;
 use crate::metrics::{RequestTimes, TokenTiming};
 use crate::prompt_scoring::PromptScoring;
 use crate::request::GenerationParams;
+use crate::speculative::Speculation;
 use crate::stop_checker::{StopChecker, StopOutcome};
 use crate::strategy::SequenceStrategy;
 use crate::structured::Constraint;
@@ -26,6 +27,8 @@ pub struct RequestState {
     pub times: RequestTimes,
     /// Set when the request scores its prompt.
     pub prompt_scoring: Option<PromptScoring>,
+    /// Its drafter and acceptance rates, when the request speculates.
+    pub speculation: Option<Speculation>,
     sender: UnboundedSender<Event>,
     detokenizer: Detokenizer,
     stop_checker: StopChecker,
@@ -70,6 +73,7 @@ impl RequestState {
             num_prompt_tokens,
             times: RequestTimes::new(Instant::now()),
             prompt_scoring,
+            speculation: None,
             sender,
             detokenizer: Detokenizer::new(),
             stop_checker,

@@ -71,6 +71,18 @@ impl BlockTable {
         }
     }
 
+    /// Gives back the blocks wholly past the first `num_slots` slots: where a rejected draft
+    /// wrote its KV. Those tokens were never computed, so none of these blocks was hashed.
+    pub(crate) fn truncate(&mut self, num_slots: usize) {
+        let keep = num_slots.div_ceil(self.pool.block_size()).max(self.num_released);
+        if keep >= self.block_ids.len() {
+            return;
+        }
+        let freed: Vec<BlockId> = self.block_ids.drain(keep..).filter(|&id| id != NULL_BLOCK).collect();
+        self.block_hashes.truncate(keep);
+        self.pool.free(&freed);
+    }
+
     /// Registers every block that is full of computed tokens and not yet hashed.
     /// Called only once the KV of `token_ids[..num_computed]` is really in the cache.
     pub(crate) fn cache_full_blocks(&mut self, token_ids: &[u32], num_computed: usize) {
@@ -177,6 +189,21 @@ mod tests {
         assert_eq!(pool.num_free_blocks(), 5, "releasing twice frees nothing twice");
         drop(table);
         assert_eq!(pool.num_free_blocks(), 8);
+    }
+
+    #[test]
+    fn truncate_gives_back_only_the_blocks_wholly_past_the_kept_slots() {
+        let pool = BlockPool::new(6, 4, false);
+        let mut table = BlockTable::new(pool.clone(), 0, None);
+        assert!(table.ensure_slots(20));
+        let kept: Vec<BlockId> = table.ids()[..3].to_vec();
+        table.truncate(9);
+        assert_eq!(table.ids(), &kept[..], "slot 8 lives in the third block");
+        assert_eq!(pool.num_free_blocks(), 3);
+        table.truncate(12);
+        assert_eq!(table.ids().len(), 3, "truncating to more than the table holds is a no-op");
+        drop(table);
+        assert_eq!(pool.num_free_blocks(), 6);
     }
 
     #[test]

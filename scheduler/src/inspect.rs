@@ -29,6 +29,11 @@ impl Scheduler {
         self.sequences.get(&row.seq_id).and_then(|s| s.token_ids.get(row.positions())).unwrap_or(&[])
     }
 
+    /// The draft tokens of a row of the last `schedule()`, after its query tokens.
+    pub fn draft_token_ids(&self, row: &ScheduledSequence) -> &[u32] {
+        self.sequences.get(&row.seq_id).and_then(|s| s.draft_token_ids.get(..row.num_draft_tokens)).unwrap_or(&[])
+    }
+
     /// The KV slot of each query token of `row` in group `group` (tests and inspection; the
     /// batch builder writes them straight into the forward batch).
     pub fn slot_mapping(&self, row: &ScheduledSequence, group: usize) -> Option<Vec<i64>> {
@@ -114,7 +119,9 @@ impl Scheduler {
             if seq.status != queued_as || (!running.contains(&id) && !waiting.contains(&id)) {
                 return Err(format!("sequence {id} status {:?} does not match its queue", seq.status));
             }
-            if seq.num_computed_tokens > seq.num_tokens() || seq.num_output_tokens() > seq.max_tokens {
+            if seq.num_computed_tokens > seq.num_tokens() + seq.num_draft_in_flight
+                || seq.num_output_tokens() > seq.max_tokens
+            {
                 return Err(format!("sequence {id} counters out of range: {seq:?}"));
             }
             match (&seq.blocks, seq.status) {

@@ -17,6 +17,7 @@ mod block;
 mod block_pool;
 mod block_table;
 mod config;
+mod draft;
 mod error;
 mod free_queue;
 mod inspect;

@@ -15,7 +15,7 @@ pub struct SchedulerOutput {
     /// Sequences preempted this step: their blocks are gone and they will recompute
     /// from scratch; drop any per-sequence strategy state.
     pub preempted: Vec<SeqId>,
-    /// Query tokens plus scratch rows; never above `max_num_batched_tokens`.
+    /// Query tokens, draft tokens and scratch rows; never above `max_num_batched_tokens`.
     pub num_batched_tokens: usize,
 }
 
@@ -39,6 +39,10 @@ pub struct ScheduledSequence {
     pub num_query_tokens: usize,
     /// Extra non-token rows granted this step (counted in the budget).
     pub scratch_rows: usize,
+    /// Draft tokens to verify after the query tokens: `Sequence::draft_token_ids()[..n]`, at
+    /// the positions that follow them, with KV slots like query tokens. Only with
+    /// `needs_sample`; `Scheduler::accept_draft` must follow the forward.
+    pub num_draft_tokens: usize,
     /// The last query row completes the sequence's tokens, so its logits are sampled;
     /// false for prefill chunks that stop short of the end.
     pub needs_sample: bool,
@@ -48,5 +52,16 @@ impl ScheduledSequence {
     /// Positions of the query tokens.
     pub fn positions(&self) -> std::ops::Range<usize> {
         self.context_len..self.context_len + self.num_query_tokens
+    }
+
+    /// Positions of the draft tokens, right after the query tokens.
+    pub fn draft_positions(&self) -> std::ops::Range<usize> {
+        let start = self.context_len + self.num_query_tokens;
+        start..start + self.num_draft_tokens
+    }
+
+    /// Token rows this sequence adds to the forward (query and draft tokens), scratch rows apart.
+    pub fn num_token_rows(&self) -> usize {
+        self.num_query_tokens + self.num_draft_tokens
     }
 }

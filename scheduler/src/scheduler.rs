@@ -54,6 +54,7 @@ impl Scheduler {
     /// prompt still progresses every step (`prefill_order`). `num_computed_tokens` advances
     /// here, so every output must be executed before the next call.
     pub fn schedule(&mut self) -> SchedulerOutput {
+        self.settle_unreported_drafts();
         // Last step's KV is written by now, so its full blocks can be shared, and the blocks
         // that left a window go back before anyone needs new ones.
         for id in &self.running {
@@ -69,10 +70,12 @@ impl Scheduler {
         // Admitting right after a preemption would only thrash the pool.
         let admitted = if out.preempted.is_empty() { self.admit_waiting(allowance.max_tokens()) } else { Vec::new() };
         self.schedule_prefills(prefilling, admitted, allowance, &mut budget, &mut out);
+        // Drafts take only what decodes and prefill left, so they step aside under load.
+        self.grant_drafts(&mut budget, &mut out);
         out.num_batched_tokens = self.config.max_num_batched_tokens - budget.rows();
         self.last_step_work = StepWork::default();
         for row in &out.scheduled {
-            self.last_step_work.add(StepWork::span(row.context_len, row.num_query_tokens + row.scratch_rows));
+            self.last_step_work.add(StepWork::span(row.context_len, row.num_token_rows() + row.scratch_rows));
         }
         out
     }
@@ -232,6 +235,7 @@ impl Scheduler {
             context_len,
             num_query_tokens: n,
             scratch_rows: if grant_scratch { std::mem::take(&mut seq.scratch_rows) } else { 0 },
+            num_draft_tokens: 0,
             needs_sample: end == seq.token_ids.len(),
         };
         seq.num_computed_tokens = end;

@@ -46,6 +46,13 @@ impl SeqBlocks {
         }
     }
 
+    /// Every group's table gives back the blocks wholly past `num_slots`.
+    pub(crate) fn truncate(&mut self, num_slots: usize) {
+        for table in &mut self.tables {
+            table.truncate(num_slots);
+        }
+    }
+
     pub(crate) fn tables(&self) -> &[BlockTable] {
         &self.tables
     }

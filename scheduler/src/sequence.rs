@@ -64,6 +64,13 @@ pub struct Sequence {
     /// Prompt tokens the prefix cache served at first admission (`None` before it).
     pub(crate) num_cached_prompt_tokens: Option<usize>,
     pub(crate) skip_prefix_cache: bool,
+    /// Tokens a drafter guesses follow `token_ids`, for the next step to verify.
+    pub(crate) draft_token_ids: Vec<u32>,
+    /// The drafter's estimate that a draft token is kept, given the one before it was.
+    pub(crate) draft_acceptance: f64,
+    /// Draft tokens the last `schedule()` handed out, counted in `num_computed_tokens` until
+    /// `accept_draft` says how many were kept.
+    pub(crate) num_draft_in_flight: usize,
 }
 
 impl Sequence {
@@ -82,6 +89,9 @@ impl Sequence {
             lookahead_slots: 0,
             num_cached_prompt_tokens: None,
             skip_prefix_cache: request.skip_prefix_cache,
+            draft_token_ids: Vec::new(),
+            draft_acceptance: 0.0,
+            num_draft_in_flight: 0,
         }
     }
 
@@ -147,6 +157,11 @@ impl Sequence {
         self.lookahead_slots
     }
 
+    /// The draft waiting to be verified (`Scheduler::set_draft`).
+    pub fn draft_token_ids(&self) -> &[u32] {
+        &self.draft_token_ids
+    }
+
     /// Tokens still to compute before the sequence is caught up.
     pub(crate) fn num_uncomputed_tokens(&self) -> usize {
         self.token_ids.len().saturating_sub(self.num_computed_tokens)
@@ -179,8 +194,10 @@ impl Sequence {
         self.num_computed_tokens = 0;
         self.prefill_len = self.token_ids.len();
         self.status = SequenceStatus::Waiting;
-        // Scratch rows belong to per-step strategy state the engine discards on preemption.
+        // Scratch rows and drafts belong to per-step state the engine discards on preemption.
         self.scratch_rows = 0;
+        self.draft_token_ids.clear();
+        self.num_draft_in_flight = 0;
     }
 }
 

@@ -24,3 +24,8 @@ pub fn resolve_model(flag: Option<PathBuf>) -> Result<PathBuf> {
     }
     Ok(path)
 }
+
+/// `--speculative-config`'s JSON, checked; `None` without the flag.
+pub fn speculative_config(json: Option<&str>) -> Result<Option<entrobatch::SpeculativeConfig>> {
+    json.map(|text| entrobatch::SpeculativeConfig::from_json(text).map_err(anyhow::Error::from)).transpose()
+}

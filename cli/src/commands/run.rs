@@ -58,6 +58,10 @@ pub struct RunArgs {
     /// WeDLM: entropy penalty per window slot of distance from the leftmost mask [default: 0.02].
     #[arg(long)]
     pub pos_penalty: Option<f32>,
+    /// Speculative decoding (plain strategy only), as `serve --speculative-config`, e.g.
+    /// '{"method": "ngram", "num_speculative_tokens": 8}'.
+    #[arg(long, value_name = "JSON")]
+    pub speculative_config: Option<String>,
     /// MTI: classifier-free guidance scale (1 = off) [default: 1.5].
     #[arg(long)]
     pub guidance_scale: Option<f32>,
@@ -183,7 +187,9 @@ pub fn run(args: RunArgs) -> Result<()> {
     if prompts.is_empty() {
         anyhow::bail!("no prompt given: pass --prompt TEXT, --prompts-file FILE or --prompts");
     }
-    let engine = Engine::start(EngineConfig::new(model))?;
+    let mut config = EngineConfig::new(model);
+    config.speculative = super::speculative_config(args.speculative_config.as_deref())?;
+    let engine = Engine::start(config)?;
     let params = GenerationParams {
         sampling: SamplingParams {
             temperature: args.temperature,

@@ -85,6 +85,11 @@ pub struct ServeArgs {
     /// finishes and is cached, so the same spec sent again is answered at once.
     #[arg(long, default_value_t = GrammarLimits::DEFAULT_COMPILE_TIMEOUT.as_millis() as u64)]
     pub grammar_compile_timeout_ms: u64,
+    /// Speculative decoding with no draft model, as vLLM spells it: '{"method": "ngram" |
+    /// "suffix", "num_speculative_tokens": 8, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'.
+    /// Plain-decoding requests speculate unless they send `"speculative": false`; off by default.
+    #[arg(long, value_name = "JSON")]
+    pub speculative_config: Option<String>,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -109,6 +114,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     config.kv_cache_bytes = args.kv_cache_mb << 20;
     config.kv_cache_tokens = args.kv_cache_tokens;
     config.kv_cache_dtype = args.kv_cache_dtype;
+    config.speculative = super::speculative_config(args.speculative_config.as_deref())?;
     config.grammar_limits = GrammarLimits {
         max_spec_bytes: args.max_grammar_bytes,
         compile_timeout: Duration::from_millis(args.grammar_compile_timeout_ms),

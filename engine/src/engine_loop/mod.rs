@@ -4,6 +4,7 @@
 //! request becoming a sequence) is its child module `admission`.
 
 mod admission;
+mod decide;
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -17,17 +18,24 @@ use entrobatch_scheduler::Scheduler;
 use rayon::prelude::*;
 
 use self::admission::{refuse, Admission, Live};
+use self::decide::{decide, Decision, Work};
 use crate::batch_builder::{build_batch, SpanResult};
 use crate::command::Command;
-use crate::event::{FinishReason, GeneratedToken, RequestId};
+use crate::event::{FinishReason, RequestId};
 #[cfg(feature = "faults")]
 use crate::faults::FaultInjection;
 use crate::latency_gate::LatencyGate;
-use crate::logits_check::check_logits_finite;
 use crate::metrics::EngineMetrics;
 use crate::request_state::{RequestState, SequenceCounts};
-use crate::strategy::{SequenceStrategy, StrategyInput, StrategyOutput};
+use crate::speculative::{SpeculativeMethod, SuffixIndex};
+use crate::strategy::{StrategyInput, StrategyOutput};
 use crate::structured::Constraint;
+
+/// Output tokens the shared suffix index holds: the last few hundred answers of a busy server,
+/// enough to find the recurring ones (SuffixDecoding keeps a similar window), in a few MB.
+const SUFFIX_INDEX_TOKENS: usize = 200_000;
+/// The longest context suffix matched and continuation walked in it.
+const SUFFIX_MAX_DEPTH: usize = 32;
 
 /// Whether the loop goes on after reading a command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,36 +43,6 @@ enum LoopControl {
     Continue,
     /// Stop at once, aborting whatever is still live.
     Stop,
-}
-
-/// One sequence's step after the forward: the grammar's mask (structured outputs), the
-/// strategy's choice under it, and the grammar advanced on the chosen tokens. The mask is
-/// computed here, in the parallel phase, so constrained rows share the cores with sampling.
-fn choose_tokens(
-    strategy: &mut dyn SequenceStrategy,
-    constraint: Option<&mut Constraint>,
-    input: StrategyInput<'_>,
-) -> Result<StrategyOutput, String> {
-    let Some(constraint) = constraint else {
-        return strategy.process(input).map_err(|e| e.to_string());
-    };
-    // Forced tokens carry no distribution, so a request that asked for logprobs samples
-    // them one by one instead.
-    let fast_forward = input.sampling.logprobs.is_none();
-    let mask = constraint.mask().map_err(|e| e.to_string())?;
-    let mut out = strategy.process(StrategyInput { mask: Some(mask), ..input }).map_err(|e| e.to_string())?;
-    for token in &out.tokens {
-        constraint.commit(token.token_id).map_err(|e| e.to_string())?;
-    }
-    if fast_forward && !out.tokens.is_empty() {
-        // Jump-forward: what the grammar forces next is appended without a forward each; the
-        // next step computes their KV as one chunk and samples after them.
-        for token_id in constraint.forced_tokens() {
-            constraint.commit(token_id).map_err(|e| e.to_string())?;
-            out.tokens.push(GeneratedToken { token_id, logprob: None, metrics: None });
-        }
-    }
-    Ok(out)
 }
 
 /// The engine's single thread: owns the scheduler, the model runner and every request's
@@ -80,6 +58,8 @@ pub(crate) struct EngineLoop {
     admission: Admission,
     /// No new request is taken; the loop ends once the live ones are done.
     draining: bool,
+    /// Recent outputs of every request, for suffix drafts (`SpeculativeMethod::Suffix`).
+    suffix: Option<SuffixIndex>,
     #[cfg(feature = "faults")]
     faults: FaultInjection,
     /// Forwards run so far; `faults` counts in it.
@@ -95,8 +75,11 @@ impl EngineLoop {
         metrics: Arc<EngineMetrics>,
         gate: Arc<LatencyGate>,
         commands: Receiver<Command>,
+        speculative_method: Option<SpeculativeMethod>,
     ) -> Self {
         let admission = Admission::new(tokenizer.eos_token_ids.clone());
+        let suffix = (speculative_method == Some(SpeculativeMethod::Suffix))
+            .then(|| SuffixIndex::new(SUFFIX_INDEX_TOKENS, SUFFIX_MAX_DEPTH));
         Self {
             scheduler,
             runner,
@@ -107,6 +90,7 @@ impl EngineLoop {
             requests: HashMap::new(),
             admission,
             draining: false,
+            suffix,
             #[cfg(feature = "faults")]
             faults: FaultInjection::default(),
             #[cfg(feature = "faults")]
@@ -254,7 +238,7 @@ impl EngineLoop {
         let decisions = self.run_strategies(&output, &spans);
         for (id, decision) in decisions {
             match decision {
-                Ok(out) => self.commit_tokens(id, out),
+                Ok(decision) => self.apply_decision(id, decision),
                 Err(e) => self.finish_request(id, FinishReason::Error, Some(e)),
             }
         }
@@ -305,20 +289,22 @@ impl EngineLoop {
         }
     }
 
-    /// Runs every span's strategy on its logits, in parallel across sequences (the sampler's
-    /// vocabulary passes dominate this phase). A panicking strategy fails only its request.
+    /// Runs every span's strategy on its logits (or verifies its draft), in parallel across
+    /// sequences (the sampler's vocabulary passes dominate this phase). A panicking strategy
+    /// fails only its request.
     fn run_strategies(
         &mut self,
         output: &ForwardOutput,
         spans: &[SpanResult],
-    ) -> Vec<(RequestId, Result<StrategyOutput, String>)> {
+    ) -> Vec<(RequestId, Result<Decision, String>)> {
         let by_id: HashMap<RequestId, &SpanResult> =
             spans.iter().filter(|s| !s.logits_indices.is_empty()).map(|s| (s.seq_id, s)).collect();
         let scheduler = &self.scheduler;
+        let suffix = self.suffix.as_ref();
         let mut work = Vec::new();
         for (id, state) in self.requests.iter_mut() {
             let (Some(span), Some(seq)) = (by_id.get(id), scheduler.get(*id)) else { continue };
-            let RequestState { strategy, params, seed, constraint, .. } = state;
+            let RequestState { strategy, params, seed, constraint, speculation, .. } = state;
             let logits: Vec<&[f32]> = span.logits_indices.iter().map(|&i| output.row(i)).collect();
             let input = StrategyInput {
                 logits,
@@ -330,19 +316,43 @@ impl EngineLoop {
                 return_metrics: params.return_metrics,
                 mask: None,
             };
-            work.push((*id, strategy, constraint.as_mut(), input));
+            work.push(Work {
+                id: *id,
+                strategy: strategy.as_mut(),
+                constraint: constraint.as_mut(),
+                input,
+                draft: seq.draft_token_ids().get(..span.num_draft_tokens).unwrap_or(&[]),
+                speculation: speculation.as_mut(),
+                suffix,
+                token_ids: seq.token_ids(),
+            });
         }
         work.into_par_iter()
-            .map(|(id, strategy, constraint, input)| {
-                // Sampling from NaN/inf would emit arbitrary tokens: fail just this request.
-                if let Err(e) = check_logits_finite(&input.logits) {
-                    return (id, Err(e));
-                }
-                let result = catch_unwind(AssertUnwindSafe(|| choose_tokens(strategy.as_mut(), constraint, input)))
+            .map(|work| {
+                let id = work.id;
+                let result = catch_unwind(AssertUnwindSafe(|| decide(work)))
                     .unwrap_or_else(|_| Err("decoding strategy panicked".to_string()));
                 (id, result)
             })
             .collect()
+    }
+
+    /// Settles a verified draft with the scheduler, appends the step's tokens, and hands the
+    /// scheduler the next draft.
+    fn apply_decision(&mut self, id: RequestId, decision: Decision) {
+        let Decision { output, num_draft, num_accepted, next_draft } = decision;
+        if num_draft > 0 {
+            self.metrics.spec_decode.record(num_draft, num_accepted);
+            if let Err(e) = self.scheduler.accept_draft(id, num_accepted) {
+                self.finish_request(id, FinishReason::Error, Some(e.to_string()));
+                return;
+            }
+        }
+        self.commit_tokens(id, output);
+        if let Some((tokens, acceptance)) = next_draft {
+            // Gone if those tokens finished it.
+            let _ = self.scheduler.set_draft(id, tokens, acceptance);
+        }
     }
 
     /// Appends a strategy's tokens to the request's sequence and streams them, ending the
@@ -391,6 +401,11 @@ impl EngineLoop {
     /// table) and, in `RequestState::finish`, its in-flight slot, then sends the final event.
     fn finish_request(&mut self, id: RequestId, reason: FinishReason, error: Option<String>) {
         let counts = self.scheduler.get(id).map(SequenceCounts::of).unwrap_or_default();
+        if let (Some(index), Some(seq), FinishReason::Stop | FinishReason::Length) =
+            (self.suffix.as_mut(), self.scheduler.get(id), reason)
+        {
+            index.insert(seq.output_token_ids());
+        }
         if self.scheduler.finish(id, reason.into()).is_err() {
             self.scheduler.abort(id);
         }

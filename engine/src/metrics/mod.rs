@@ -3,6 +3,7 @@
 
 mod histogram;
 mod request_metrics;
+mod spec_decode;
 mod wedlm;
 
 use std::fmt::Write;
@@ -11,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub use histogram::Histogram;
 use histogram::{STEP_BUCKETS, TOKEN_GAP_BUCKETS, TTFT_BUCKETS};
 pub use request_metrics::{RequestMetrics, RequestTimes, TokenTiming};
+pub use spec_decode::SpecDecodeMetrics;
 pub use wedlm::WedlmMetrics;
 
 /// Counters and gauges the engine loop updates and `/metrics` renders.
@@ -49,6 +51,7 @@ pub struct EngineMetrics {
     pub schema_checks: AtomicU64,
     pub schema_checks_failed: AtomicU64,
     pub wedlm: WedlmMetrics,
+    pub spec_decode: SpecDecodeMetrics,
     pub requests: RequestMetrics,
     pub time_to_first_token: Histogram,
     pub inter_token_latency: Histogram,
@@ -82,6 +85,7 @@ impl Default for EngineMetrics {
             mti_triggered_tokens: AtomicU64::new(0),
             forward_rows: AtomicU64::new(0),
             wedlm: WedlmMetrics::default(),
+            spec_decode: SpecDecodeMetrics::default(),
             requests: RequestMetrics::default(),
             time_to_first_token: Histogram::with_bounds(TTFT_BUCKETS),
             inter_token_latency: Histogram::with_bounds(TOKEN_GAP_BUCKETS),
@@ -236,6 +240,7 @@ impl EngineMetrics {
             );
         }
         self.wedlm.render(&self.forward_rows, &mut out);
+        self.spec_decode.render(&mut out);
         self.time_to_first_token.render(
             "entrobatch_time_to_first_token_seconds",
             "Time from submit to the first token.",

@@ -19,6 +19,7 @@ use entrobatch_scheduler::{NeverFitsReason, SchedulerConfig, SchedulerError};
 use crate::error::{EngineError, Result};
 use crate::metrics::EngineMetrics;
 use crate::request::{GenerationParams, Prompt, Request};
+use crate::speculative::{Speculation, SpeculativeConfig};
 use crate::strategy::{
     build_strategy, unsupported_sampling, Decoding, SequenceStrategy, StrategyContext, StrategyError,
 };
@@ -34,6 +35,8 @@ pub struct PreparedRequest {
     pub(crate) constraint: Option<Constraint>,
     /// The client's seed, or a fresh one: every request runs seeded.
     pub(crate) seed: u64,
+    /// Its drafter, when the request speculates.
+    pub(crate) speculation: Option<Speculation>,
 }
 
 impl PreparedRequest {
@@ -73,6 +76,8 @@ pub(crate) struct Validation {
     grammar_limits: GrammarLimits,
     /// Built on the first structured-output request: most engines never need the token trie.
     structured: OnceLock<std::result::Result<StructuredBackend, StructuredError>>,
+    /// The engine's drafter settings; `None`: no request speculates.
+    speculative: Option<SpeculativeConfig>,
 }
 
 impl Validation {
@@ -83,8 +88,10 @@ impl Validation {
         limits: SchedulerConfig,
         grammar_limits: GrammarLimits,
         metrics: Arc<EngineMetrics>,
+        speculative: Option<SpeculativeConfig>,
     ) -> Self {
-        Self { tokenizer, chat_template, model_config, limits, grammar_limits, metrics, structured: OnceLock::new() }
+        let structured = OnceLock::new();
+        Self { tokenizer, chat_template, model_config, limits, grammar_limits, metrics, structured, speculative }
     }
 
     pub(crate) fn tokenizer(&self) -> &Tokenizer {
@@ -169,7 +176,8 @@ impl Validation {
         self.check_fits(num_prompt, &params, strategy.as_ref())?;
         let constraint = params.structured.as_ref().map(|spec| self.compile_constraint(spec, &params)).transpose()?;
         let seed = seed_of(&params);
-        Ok(PreparedRequest { prompt_token_ids, params, strategy, constraint, seed })
+        let speculation = self.speculation_for(&params)?;
+        Ok(PreparedRequest { prompt_token_ids, params, strategy, constraint, seed, speculation })
     }
 
     /// `validate` for `n` copies of one request (OpenAI's `n`): the prompt is tokenized and
@@ -187,11 +195,38 @@ impl Validation {
                 strategy: self.build_request_strategy(&params)?,
                 constraint: first.constraint.as_ref().map(Constraint::fork),
                 seed: seed_of(&params),
+                speculation: self.speculation_for(&params)?,
                 params,
             });
         }
         copies.insert(0, first);
         Ok(copies)
+    }
+
+    /// Whether the request speculates, and its drafter if so. Only plain decoding speculates:
+    /// entropix reads the attention of the one row it samples from and changes its sampler
+    /// with it, MTI adds rows of its own to a guided token, and WeDLM already decodes windows
+    /// in parallel; none has an acceptance rule that keeps its output exact.
+    fn speculation_for(&self, params: &GenerationParams) -> Result<Option<Speculation>> {
+        let asked = params.speculative == Some(true);
+        let Some(config) = self.speculative.as_ref().filter(|_| params.speculative != Some(false)) else {
+            if asked {
+                let reason = "this engine has no drafter; start it with --speculative-config";
+                return Err(EngineError::invalid("speculative", reason));
+            }
+            return Ok(None);
+        };
+        if !matches!(params.decoding, Decoding::Plain) {
+            if asked {
+                let reason = format!(
+                    "the {} strategy cannot speculate (only plain decoding keeps its output exact under speculation)",
+                    params.decoding.name()
+                );
+                return Err(EngineError::invalid("speculative", reason));
+            }
+            return Ok(None);
+        }
+        Ok(Some(Speculation::new(config)))
     }
 
     /// A fresh decoding strategy for a request with `params` (every copy needs its own state).

@@ -17,6 +17,9 @@ pub enum Kind {
     Entropix,
     /// Some tokens wait for `rows` scratch rows (the negative prompt) in a later step.
     Mti { rows: usize },
+    /// Proposes drafts of up to `draft` tokens after every token; a verified draft keeps a
+    /// prefix of them plus one sampled token.
+    Speculative { draft: usize },
     /// Reserves `window` lookahead slots, runs the window as scratch rows, and commits
     /// several tokens at once; without a granted window it commits none and asks again.
     Wedlm { window: usize },
@@ -125,8 +128,25 @@ impl Driver {
         let id = row.seq_id;
         let Some(&kind) = self.kinds.get(&id) else { return };
         self.tick += 1;
+        if row.num_draft_tokens > 0 {
+            // The verifier keeps some prefix of the draft; the KV of the rest is rolled back.
+            let accepted = self.tick as usize % (row.num_draft_tokens + 1);
+            let draft = self.s.get(id).expect("live").draft_token_ids()[..accepted].to_vec();
+            self.s.accept_draft(id, accepted).expect("accept a verified draft");
+            let bs = self.s.config().block_size;
+            let seq = self.s.get(id).expect("live");
+            assert!(
+                seq.block_table_ids(0).len() <= (seq.num_computed_tokens() + seq.lookahead_slots()).div_ceil(bs).max(1),
+                "blocks of rejected draft tokens kept"
+            );
+            for token in draft {
+                if self.append(id, token, stop_every) {
+                    return;
+                }
+            }
+        }
         let (tokens, next_rows) = match kind {
-            Kind::Plain | Kind::Entropix => (1, 0),
+            Kind::Plain | Kind::Entropix | Kind::Speculative { .. } => (1, 0),
             // A granted window commits 1..=window tokens and asks for the next window.
             Kind::Wedlm { window } if row.scratch_rows > 0 => (1 + self.tick as usize % window, window),
             Kind::Wedlm { window } => (0, window),
@@ -136,14 +156,14 @@ impl Driver {
             Kind::Mti { .. } => (1, 0),
         };
         for _ in 0..tokens {
-            self.s.append_token(id, self.tick % 5).expect("append below max_tokens");
-            let seq = self.s.get(id).expect("live");
-            if seq.num_output_tokens() == seq.max_tokens() {
-                return self.finish(id, FinishReason::Length);
+            if self.append(id, self.tick % 5, stop_every) {
+                return;
             }
-            if self.tick.is_multiple_of(stop_every) {
-                return self.finish(id, FinishReason::Stop);
-            }
+        }
+        if let Kind::Speculative { draft } = kind {
+            let n = self.tick as usize % (draft + 1);
+            let guess: Vec<u32> = (0..n as u32).map(|i| (self.tick + i) % 5).collect();
+            self.s.set_draft(id, guess, 0.5 + (self.tick % 5) as f64 / 10.0).expect("live");
         }
         if next_rows > 0 {
             // The engine fails a request whose strategy asks for rows that can never fit.
@@ -151,6 +171,21 @@ impl Driver {
                 self.finish(id, FinishReason::Error);
             }
         }
+    }
+
+    /// Appends a token like the engine; true when it ended the request.
+    fn append(&mut self, id: SeqId, token: u32, stop_every: u32) -> bool {
+        self.s.append_token(id, token).expect("append below max_tokens");
+        let seq = self.s.get(id).expect("live");
+        if seq.num_output_tokens() == seq.max_tokens() {
+            self.finish(id, FinishReason::Length);
+            return true;
+        }
+        if self.tick.is_multiple_of(stop_every) {
+            self.finish(id, FinishReason::Stop);
+            return true;
+        }
+        false
     }
 
     /// Every request ended one way or another, rejections with a reason, and the pool is whole.

@@ -47,7 +47,7 @@ pub fn step(s: &mut Scheduler) -> SchedulerOutput {
 pub fn check_output(s: &Scheduler, out: &SchedulerOutput) {
     let bs = s.config().block_size;
     assert!(out.num_batched_tokens <= s.config().max_num_batched_tokens);
-    let rows: usize = out.scheduled.iter().map(|r| r.num_query_tokens + r.scratch_rows).sum();
+    let rows: usize = out.scheduled.iter().map(|r| r.num_token_rows() + r.scratch_rows).sum();
     assert_eq!(rows, out.num_batched_tokens);
     for row in &out.scheduled {
         let seq = s.get(row.seq_id).expect("scheduled sequence is live");
@@ -56,11 +56,14 @@ pub fn check_output(s: &Scheduler, out: &SchedulerOutput) {
         assert!(n >= 1 || row.scratch_rows > 0, "empty row for {}", row.seq_id);
         assert_eq!(&seq.token_ids()[row.context_len..row.context_len + n], s.query_token_ids(row));
         assert_eq!(row.needs_sample, row.context_len + n == seq.num_tokens());
+        assert!(row.num_draft_tokens == 0 || (row.needs_sample && row.scratch_rows == 0), "draft beside scratch rows");
+        assert_eq!(s.draft_token_ids(row), &seq.draft_token_ids()[..row.num_draft_tokens]);
+        assert!(seq.num_output_tokens() + row.num_draft_tokens < seq.max_tokens(), "draft past max_tokens");
         for (group, window) in s.config().kv_group_windows.iter().enumerate() {
             let slot_mapping = s.slot_mapping(row, group).expect("the table covers every query token");
             assert_eq!(slot_mapping.len(), n);
             let block_table = seq.block_table_ids(group);
-            assert!(block_table.len() * bs >= row.context_len + n + seq.lookahead_slots());
+            assert!(block_table.len() * bs >= row.context_len + row.num_token_rows() + seq.lookahead_slots());
             for (i, &slot) in slot_mapping.iter().enumerate() {
                 let pos = row.context_len + i;
                 assert_eq!(slot, (block_table[pos / bs] as usize * bs + pos % bs) as i64);

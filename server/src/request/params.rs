@@ -103,6 +103,7 @@ pub fn parse_common(
         return_metrics: c.return_metrics.unwrap_or(false),
         structured: parse_structured(&mut c.structured)?,
         ttft_target_ms: c.ttft_target_ms,
+        speculative: c.speculative,
         ..GenerationParams::default()
     };
     Ok(ParsedParams {

@@ -61,6 +61,10 @@ pub struct CommonParams {
     /// entrobatch extension: this request's time-to-first-token target in ms (the server's
     /// `--ttft-slo-ms` otherwise); a request the queue would delay past it gets a 429 at once.
     pub ttft_target_ms: Option<u64>,
+    /// entrobatch extension: speculative decoding on (`true`: a 400 where the server has no
+    /// `--speculative-config` or the strategy cannot speculate) or off for this request; the
+    /// server's default otherwise.
+    pub speculative: Option<bool>,
     #[serde(flatten)]
     pub structured: StructuredFields,
 }

@@ -96,6 +96,7 @@ pub fn chat_request(req: MessagesRequest, generate: bool) -> Result<ChatRequest,
         decoding: req.decoding,
         return_metrics: req.return_metrics,
         ttft_target_ms: req.ttft_target_ms,
+        speculative: req.speculative,
         structured: StructuredFields { response_format, ..StructuredFields::default() },
         ..CommonParams::default()
     };

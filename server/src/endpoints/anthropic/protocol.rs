@@ -53,6 +53,9 @@ pub struct MessagesRequest {
     /// entrobatch extension: this request's TTFT target in ms, as on the OpenAI routes.
     #[serde(default)]
     pub ttft_target_ms: Option<u64>,
+    /// entrobatch extension: speculative decoding on or off, as on the OpenAI routes.
+    #[serde(default)]
+    pub speculative: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,0 +1,86 @@
+//! One sequence's decision after the forward, in the loop's parallel phase: the grammar's
+//! mask (structured outputs), the strategy's choice under it, or the verification of a draft,
+//! and the next draft for a speculating request.
+
+use entrobatch_scheduler::SeqId;
+
+use crate::event::GeneratedToken;
+use crate::logits_check::check_logits_finite;
+use crate::speculative::{verify, Speculation, SuffixIndex};
+use crate::strategy::{SequenceStrategy, StrategyInput, StrategyOutput};
+use crate::structured::Constraint;
+
+/// What one sequence's step decided.
+pub(super) struct Decision {
+    pub output: StrategyOutput,
+    /// Draft tokens verified in this step, and how many of them were kept.
+    pub num_draft: usize,
+    pub num_accepted: usize,
+    /// The draft for the next step and the chance each of its tokens is kept.
+    pub next_draft: Option<(Vec<u32>, f64)>,
+}
+
+/// A sequence's share of the parallel phase.
+pub(super) struct Work<'a> {
+    pub id: SeqId,
+    pub strategy: &'a mut dyn SequenceStrategy,
+    pub constraint: Option<&'a mut Constraint>,
+    pub input: StrategyInput<'a>,
+    /// The draft this span verifies (empty: none).
+    pub draft: &'a [u32],
+    pub speculation: Option<&'a mut Speculation>,
+    pub suffix: Option<&'a SuffixIndex>,
+    /// The sequence's tokens so far (prompt and output), before this step's.
+    pub token_ids: &'a [u32],
+}
+
+pub(super) fn decide(work: Work<'_>) -> Result<Decision, String> {
+    let Work { strategy, constraint, input, draft, speculation, suffix, token_ids, .. } = work;
+    // Sampling from NaN/inf would emit arbitrary tokens: fail just this request.
+    check_logits_finite(&input.logits)?;
+    let rows = input.logits.clone();
+    let (output, num_accepted) = if draft.is_empty() {
+        (choose_tokens(strategy, constraint, input)?, 0)
+    } else {
+        let verdict = verify(strategy, constraint, input, draft)?;
+        (verdict.output, verdict.num_accepted)
+    };
+    let mut next_draft = None;
+    // The row the last drawn token came from (a span with no draft has one row).
+    let last_row = rows.get(num_accepted).copied().filter(|_| !output.tokens.is_empty());
+    if let (Some(speculation), Some(row)) = (speculation, last_row) {
+        speculation.observe(draft.len(), num_accepted);
+        let mut context = Vec::with_capacity(token_ids.len() + output.tokens.len());
+        context.extend_from_slice(token_ids);
+        context.extend(output.tokens.iter().map(|t| t.token_id));
+        next_draft = speculation.propose(&context, suffix, || entrobatch_sampler::entropy_nats(row));
+    }
+    Ok(Decision { output, num_draft: draft.len(), num_accepted, next_draft })
+}
+
+/// The strategy's choice for a span with no draft. Forced tokens carry no distribution, so a
+/// request that asked for logprobs samples them one by one instead of jumping forward.
+fn choose_tokens(
+    strategy: &mut dyn SequenceStrategy,
+    constraint: Option<&mut Constraint>,
+    input: StrategyInput<'_>,
+) -> Result<StrategyOutput, String> {
+    let Some(constraint) = constraint else {
+        return strategy.process(input).map_err(|e| e.to_string());
+    };
+    let fast_forward = input.sampling.logprobs.is_none();
+    let mask = constraint.mask().map_err(|e| e.to_string())?;
+    let mut out = strategy.process(StrategyInput { mask: Some(mask), ..input }).map_err(|e| e.to_string())?;
+    for token in &out.tokens {
+        constraint.commit(token.token_id).map_err(|e| e.to_string())?;
+    }
+    if fast_forward && !out.tokens.is_empty() {
+        // Jump-forward: what the grammar forces next is appended without a forward each; the
+        // next step computes their KV as one chunk and samples after them.
+        for token_id in constraint.forced_tokens() {
+            constraint.commit(token_id).map_err(|e| e.to_string())?;
+            out.tokens.push(GeneratedToken { token_id, logprob: None, metrics: None });
+        }
+    }
+    Ok(out)
+}

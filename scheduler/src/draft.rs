@@ -1,0 +1,177 @@
+//! Speculative drafts: tokens a drafter guesses follow a decoding sequence, verified as extra
+//! token rows of its next forward. Their KV is written to the slots after the sequence's
+//! tokens like any prefill chunk; `accept_draft` then keeps the verified prefix and rolls the
+//! rest back (`num_computed_tokens` moves back, blocks left empty return to the pool). A
+//! rejected token was never computed, so no block holding one is ever hashed.
+
+use crate::error::SchedulerError;
+use crate::output::SchedulerOutput;
+use crate::scheduler::Scheduler;
+use crate::sequence::SeqId;
+use crate::step_budget::StepBudget;
+use crate::step_cost::{CostModel, StepWork};
+
+impl Scheduler {
+    /// Proposes `token_ids` to follow `id`'s tokens in its next scheduled step (replacing any
+    /// earlier draft). `acceptance`: the drafter's estimate that a draft token is kept given
+    /// that the one before it was; the step grants the `j`-th token only while `acceptance^j`
+    /// tokens are worth its row (`grant_drafts`).
+    pub fn set_draft(&mut self, id: SeqId, token_ids: Vec<u32>, acceptance: f64) -> Result<(), SchedulerError> {
+        let seq = self.sequences.get_mut(&id).ok_or(SchedulerError::UnknownSequence(id))?;
+        seq.draft_token_ids = token_ids;
+        seq.draft_acceptance = acceptance.clamp(0.0, 1.0);
+        Ok(())
+    }
+
+    /// After the forward that verified `id`'s draft: the first `num_accepted` draft tokens are
+    /// kept (their KV is the sequence's from now on; the caller appends them with
+    /// `append_token`), the rest are forgotten with the blocks they alone occupied.
+    pub fn accept_draft(&mut self, id: SeqId, num_accepted: usize) -> Result<(), SchedulerError> {
+        let seq = self.sequences.get_mut(&id).ok_or(SchedulerError::UnknownSequence(id))?;
+        let in_flight = std::mem::take(&mut seq.num_draft_in_flight);
+        if num_accepted > in_flight {
+            seq.num_computed_tokens -= in_flight;
+            seq.draft_token_ids.clear();
+            return Err(SchedulerError::InvalidRequest {
+                seq_id: id,
+                reason: format!("{num_accepted} draft tokens accepted of {in_flight} verified"),
+            });
+        }
+        seq.num_computed_tokens -= in_flight - num_accepted;
+        seq.draft_token_ids.clear();
+        let keep = seq.num_computed_tokens + seq.lookahead_slots;
+        if let Some(blocks) = seq.blocks.as_mut() {
+            blocks.truncate(keep);
+        }
+        Ok(())
+    }
+
+    /// Drafts nobody reported on count as all rejected: their KV is not trusted.
+    pub(crate) fn settle_unreported_drafts(&mut self) {
+        let unreported: Vec<SeqId> = self
+            .running
+            .iter()
+            .copied()
+            .filter(|id| self.sequences.get(id).is_some_and(|s| s.num_draft_in_flight > 0))
+            .collect();
+        for id in unreported {
+            tracing::warn!(seq_id = id, "draft verified without accept_draft; rolled back");
+            let _ = self.accept_draft(id, 0);
+        }
+    }
+
+    /// Adds draft tokens to this step's sampling rows from the rows the budget has left. A
+    /// draft token is worth its row when the tokens it is expected to add per second of the
+    /// step's time it costs beat the step's rate so far: at batch 1 a row costs a small part
+    /// of a weight-bound step and most drafts go in; at a full batch only near-certain ones do,
+    /// with no threshold to switch on or off at.
+    pub(crate) fn grant_drafts(&mut self, budget: &mut StepBudget, out: &mut SchedulerOutput) {
+        let wanted = out.scheduled.iter().any(|row| {
+            row.needs_sample
+                && row.num_query_tokens > 0
+                && row.scratch_rows == 0
+                && self.sequences.get(&row.seq_id).is_some_and(|s| !s.draft_token_ids.is_empty())
+        });
+        if !wanted {
+            return;
+        }
+        let model = self.step_cost.model();
+        let mut work = StepWork::default();
+        for row in &out.scheduled {
+            work.add(StepWork::span(row.context_len, row.num_query_tokens + row.scratch_rows));
+        }
+        let mut rate = DraftRate::new(model, work, out.scheduled.iter().filter(|r| r.needs_sample).count());
+        for i in 0..out.scheduled.len() {
+            let row = out.scheduled[i];
+            if !row.needs_sample || row.num_query_tokens == 0 || row.scratch_rows > 0 || budget.rows() == 0 {
+                continue;
+            }
+            let Some(seq) = self.sequences.get(&row.seq_id) else { continue };
+            // The bonus token after a fully accepted draft is an output token too.
+            let room = seq.max_tokens.saturating_sub(seq.num_output_tokens() + 1);
+            let cap = seq.draft_token_ids.len().min(room).min(budget.rows());
+            let context = row.context_len + row.num_query_tokens;
+            let mut n = rate.grant(context, cap, seq.draft_acceptance);
+            // Short of blocks, a draft keeps to the slots its table already has: it never
+            // preempts anyone.
+            if n > 0 && !self.grow(row.seq_id, context + n + seq.lookahead_slots) {
+                let held = self.sequences.get(&row.seq_id).and_then(|s| s.blocks.as_ref()).map_or(0, |b| b.num_slots());
+                n = n.min(held.saturating_sub(context + seq_lookahead(self, row.seq_id)));
+            }
+            if n == 0 {
+                continue;
+            }
+            let Some(seq) = self.sequences.get_mut(&row.seq_id) else { continue };
+            seq.num_computed_tokens += n;
+            seq.num_draft_in_flight = n;
+            out.scheduled[i].num_draft_tokens = n;
+            budget.take(n);
+        }
+    }
+}
+
+fn seq_lookahead(s: &Scheduler, id: SeqId) -> usize {
+    s.sequences.get(&id).map_or(0, |seq| seq.lookahead_slots)
+}
+
+/// The step's expected output tokens and duration as drafts are added to it.
+struct DraftRate {
+    model: Option<CostModel>,
+    seconds: f64,
+    tokens: f64,
+}
+
+impl DraftRate {
+    fn new(model: Option<CostModel>, work: StepWork, sampling_rows: usize) -> Self {
+        let seconds = model.map_or(0.0, |m| m.seconds(work));
+        Self { model, seconds, tokens: sampling_rows as f64 }
+    }
+
+    /// How many of `cap` draft tokens after `context` tokens are worth their rows, each kept
+    /// with probability `acceptance` given the one before. Before the step cost is fitted
+    /// every draft is tried: the first steps are what fits it.
+    fn grant(&mut self, context: usize, cap: usize, acceptance: f64) -> usize {
+        let Some(model) = self.model else { return cap };
+        let mut reach = 1.0;
+        for j in 0..cap {
+            reach *= acceptance;
+            let cost = model.chunk_seconds(context + j, 1);
+            // Expected tokens per second of this row against the step's rate with it left out.
+            if cost > 0.0 && self.seconds > 0.0 && reach / cost < self.tokens / self.seconds {
+                return j;
+            }
+            self.seconds += cost;
+            self.tokens += reach;
+        }
+        cap
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(base: f64, per_row: f64) -> CostModel {
+        CostModel { base, per_row, per_kilo_key: 0.0 }
+    }
+
+    #[test]
+    fn a_weight_bound_step_takes_likely_drafts_and_a_full_one_only_near_certain_ones() {
+        // One sequence, a 10 ms step, 0.5 ms a row: a token kept with probability 0.6^j pays
+        // while 0.6^j / 0.5 ms beats the step's rate (about 1/10 ms and rising).
+        let mut alone = DraftRate::new(Some(model(0.0095, 0.0005)), StepWork { rows: 1, kilo_keys: 0.0 }, 1);
+        let n = alone.grant(100, 8, 0.6);
+        assert!((3..8).contains(&n), "{n} of 8 drafts granted to a lone sequence");
+        // 64 sequences: the step already makes a token per 0.65 ms of its 41.5 ms.
+        let mut full = DraftRate::new(Some(model(0.0095, 0.0005)), StepWork { rows: 64, kilo_keys: 0.0 }, 64);
+        assert_eq!(full.grant(100, 8, 0.6), 0);
+        let mut certain = DraftRate::new(Some(model(0.0095, 0.0005)), StepWork { rows: 64, kilo_keys: 0.0 }, 64);
+        assert!(certain.grant(100, 8, 0.99) >= 4, "near-certain drafts still pay at a full batch");
+    }
+
+    #[test]
+    fn before_the_cost_is_known_every_draft_is_tried() {
+        let mut rate = DraftRate::new(None, StepWork { rows: 1, kilo_keys: 0.0 }, 1);
+        assert_eq!(rate.grant(10, 5, 0.1), 5);
+    }
+}
