@@ -64,6 +64,11 @@ pub struct ThroughputReport {
     pub cpu_secs: f64,
     /// Tokens per entropix branch; None without entropix tokens.
     pub entropix_branches: Option<std::collections::BTreeMap<String, usize>>,
+    /// Speculative decoding: kept draft tokens over verified ones, and tokens each verifying
+    /// forward gave a sequence (1 + kept per draft; vLLM's mean acceptance length). None
+    /// without drafts.
+    pub spec_acceptance_rate: Option<f64>,
+    pub spec_tokens_per_forward: Option<f64>,
 }
 
 /// Deterministic prompts of `len` ordinary tokens, distinct per request so the prefix cache
@@ -212,6 +217,8 @@ pub fn run_with_prompts(
     let preemptions = metrics.preemptions.load(Ordering::Relaxed);
     let steps = metrics.steps.load(Ordering::Relaxed);
     let mti_trigger_rate = metrics.mti_trigger_rate();
+    let spec_acceptance_rate = metrics.spec_decode.acceptance_rate();
+    let spec_tokens_per_forward = metrics.spec_decode.tokens_per_forward();
     engine.shutdown(entrobatch::ShutdownMode::Finish);
     let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
     let (prefill_secs, decode_secs) = phase_secs(&times, config.concurrency);
@@ -246,6 +253,8 @@ pub fn run_with_prompts(
         output_tokens,
         mti_trigger_rate,
         cpu_secs,
+        spec_acceptance_rate,
+        spec_tokens_per_forward,
         entropix_branches: (!branches.is_empty()).then_some(branches),
     })
 }
@@ -296,6 +305,12 @@ pub fn render_table(r: &ThroughputReport) -> String {
     }
     if let (Some(o), Some(t)) = (r.output_speedup, r.total_speedup) {
         out.push_str(&format!("speedup: output {o:.2}x, total {t:.2}x\n"));
+    }
+    if let (Some(rate), Some(per_forward)) = (r.spec_acceptance_rate, r.spec_tokens_per_forward) {
+        out.push_str(&format!(
+            "speculation: {:.1}% of draft tokens kept, {per_forward:.2} tokens per verifying forward\n",
+            100.0 * rate
+        ));
     }
     out
 }

@@ -80,6 +80,10 @@ pub struct ThroughputArgs {
     /// and dense kernels) or f32 (exact; the default with --matmul quantized).
     #[arg(long)]
     pub kv_cache_dtype: Option<entrobatch::KvDtype>,
+    /// Speculative decoding, as `serve --speculative-config`; the table adds the share of draft
+    /// tokens kept and the tokens per verifying forward.
+    #[arg(long, value_name = "JSON")]
+    pub speculative_config: Option<String>,
 }
 
 pub fn run_bench(command: BenchCommand) -> Result<()> {
@@ -107,7 +111,10 @@ fn throughput(args: ThroughputArgs) -> Result<()> {
             concurrency,
             // The baseline does not depend on concurrency: measure it once.
             baseline_requests: if i == 0 { args.baseline_requests } else { 0 },
-            engine: Some(entrobatch_bench::throughput::engine_config_with(&model, args.matmul, args.kv_cache_dtype)),
+            engine: Some(entrobatch::EngineConfig {
+                speculative: super::speculative_config(args.speculative_config.as_deref())?,
+                ..entrobatch_bench::throughput::engine_config_with(&model, args.matmul, args.kv_cache_dtype)
+            }),
             decoding: Default::default(),
         };
         let bar = ProgressBar::new(args.requests as u64);

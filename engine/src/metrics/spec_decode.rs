@@ -42,6 +42,13 @@ impl SpecDecodeMetrics {
         (drafted > 0).then(|| self.num_accepted_tokens.load(Ordering::Relaxed) as f64 / drafted as f64)
     }
 
+    /// Tokens a verifying forward gave its sequence on average: the kept draft tokens and the
+    /// one drawn after them. `None` before any draft.
+    pub fn tokens_per_forward(&self) -> Option<f64> {
+        let drafts = self.num_drafts.load(Ordering::Relaxed);
+        (drafts > 0).then(|| 1.0 + self.num_accepted_tokens.load(Ordering::Relaxed) as f64 / drafts as f64)
+    }
+
     pub(super) fn render(&self, out: &mut String) {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let counters: [(&str, &str, &AtomicU64); 3] = [
