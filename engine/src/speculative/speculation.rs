@@ -62,6 +62,12 @@ pub struct Speculation {
     rates: [AcceptanceRate; 2],
     /// The bucket of the draft being verified.
     in_flight: Option<usize>,
+    /// Whether the last draft was granted rows. The entropy is a pass over the vocabulary (a
+    /// few percent of a step at a full batch of a 152k-vocabulary model), worth paying only
+    /// while drafts are being verified; while the step has no room for them the draft keeps
+    /// the last bucket.
+    granted: bool,
+    last_bucket: usize,
 }
 
 impl Speculation {
@@ -72,6 +78,8 @@ impl Speculation {
             max_draft: config.num_speculative_tokens,
             rates: [AcceptanceRate::default(); 2],
             in_flight: None,
+            granted: true,
+            last_bucket: 0,
         }
     }
 
@@ -95,7 +103,8 @@ impl Speculation {
         if token_ids.is_empty() {
             return None;
         }
-        let bucket = usize::from(entropy() >= CONFIDENT_ENTROPY);
+        let bucket = if self.granted { usize::from(entropy() >= CONFIDENT_ENTROPY) } else { self.last_bucket };
+        self.last_bucket = bucket;
         self.in_flight = Some(bucket);
         Some((token_ids, self.rates[bucket].rate()))
     }
@@ -104,6 +113,7 @@ impl Speculation {
     /// step had no room; none when it had none), `accepted` kept.
     pub fn observe(&mut self, verified: usize, accepted: usize) {
         if let Some(bucket) = self.in_flight.take() {
+            self.granted = verified > 0;
             if verified > 0 {
                 self.rates[bucket].observe(verified, accepted);
             } else {
@@ -143,6 +153,11 @@ mod tests {
             s.observe(2, 0);
         }
         let confident = s.propose(&tokens, None, || 0.1).map(|d| d.1).unwrap();
+        // Not granted: the next draft skips the entropy and keeps the last bucket.
+        s.observe(0, 0);
+        let kept = s.propose(&tokens, None, || panic!("entropy taken for a draft with no room")).map(|d| d.1);
+        assert!(kept.unwrap() > 0.9);
+        s.observe(3, 3);
         s.observe(0, 0);
         let unsure = s.propose(&tokens, None, || 2.0).map(|d| d.1).unwrap();
         assert!(confident > 0.9 && unsure < 0.1, "confident {confident}, unsure {unsure}");
