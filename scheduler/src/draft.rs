@@ -91,12 +91,13 @@ impl Scheduler {
             let room = seq.max_tokens.saturating_sub(seq.num_output_tokens() + 1);
             let cap = seq.draft_token_ids.len().min(room).min(budget.rows());
             let context = row.context_len + row.num_query_tokens;
+            let lookahead = seq.lookahead_slots;
             let mut n = rate.grant(context, cap, seq.draft_acceptance);
             // Short of blocks, a draft keeps to the slots its table already has: it never
             // preempts anyone.
-            if n > 0 && !self.grow(row.seq_id, context + n + seq.lookahead_slots) {
+            if n > 0 && !self.grow(row.seq_id, context + n + lookahead) {
                 let held = self.sequences.get(&row.seq_id).and_then(|s| s.blocks.as_ref()).map_or(0, |b| b.num_slots());
-                n = n.min(held.saturating_sub(context + seq_lookahead(self, row.seq_id)));
+                n = n.min(held.saturating_sub(context + lookahead));
             }
             if n == 0 {
                 continue;
@@ -108,10 +109,6 @@ impl Scheduler {
             budget.take(n);
         }
     }
-}
-
-fn seq_lookahead(s: &Scheduler, id: SeqId) -> usize {
-    s.sequences.get(&id).map_or(0, |seq| seq.lookahead_slots)
 }
 
 /// The step's expected output tokens and duration as drafts are added to it.

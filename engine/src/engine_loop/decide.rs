@@ -35,19 +35,31 @@ pub(super) struct Work<'a> {
 }
 
 pub(super) fn decide(work: Work<'_>) -> Result<Decision, String> {
-    let Work { strategy, constraint, input, draft, speculation, suffix, token_ids, .. } = work;
+    let Work { strategy, mut constraint, input, draft, speculation, suffix, token_ids, .. } = work;
     // Sampling from NaN/inf would emit arbitrary tokens: fail just this request.
     check_logits_finite(&input.logits)?;
-    let rows = input.logits.clone();
-    let (output, num_accepted) = if draft.is_empty() {
-        (choose_tokens(strategy, constraint, input)?, 0)
+    // Forced tokens carry no distribution, so a request that asked for logprobs samples them
+    // one by one instead of jumping forward.
+    let fast_forward = input.sampling.logprobs.is_none();
+    // Only a speculating request looks at a row again after its draw (the next draft's entropy).
+    let rows = speculation.as_ref().map(|_| input.logits.clone());
+    let (mut output, num_accepted) = if draft.is_empty() {
+        (choose_tokens(strategy, constraint.as_deref_mut(), input)?, 0)
     } else {
-        let verdict = verify(strategy, constraint, input, draft)?;
+        let verdict = verify(strategy, constraint.as_deref_mut(), input, draft)?;
         (verdict.output, verdict.num_accepted)
     };
+    if let (Some(constraint), true) = (constraint, fast_forward && !output.tokens.is_empty()) {
+        // Jump-forward: what the grammar forces next is appended without a forward each; the
+        // next step computes their KV as one chunk and samples after them.
+        for token_id in constraint.forced_tokens() {
+            constraint.commit(token_id).map_err(|e| e.to_string())?;
+            output.tokens.push(GeneratedToken { token_id, logprob: None, metrics: None });
+        }
+    }
     let mut next_draft = None;
     // The row the last drawn token came from (a span with no draft has one row).
-    let last_row = rows.get(num_accepted).copied().filter(|_| !output.tokens.is_empty());
+    let last_row = rows.and_then(|r| r.get(num_accepted).copied()).filter(|_| !output.tokens.is_empty());
     if let (Some(speculation), Some(row)) = (speculation, last_row) {
         speculation.observe(draft.len(), num_accepted);
         let mut context = Vec::with_capacity(token_ids.len() + output.tokens.len());
@@ -58,8 +70,7 @@ pub(super) fn decide(work: Work<'_>) -> Result<Decision, String> {
     Ok(Decision { output, num_draft: draft.len(), num_accepted, next_draft })
 }
 
-/// The strategy's choice for a span with no draft. Forced tokens carry no distribution, so a
-/// request that asked for logprobs samples them one by one instead of jumping forward.
+/// The strategy's choice for a span with no draft, under the grammar's mask.
 fn choose_tokens(
     strategy: &mut dyn SequenceStrategy,
     constraint: Option<&mut Constraint>,
@@ -68,19 +79,10 @@ fn choose_tokens(
     let Some(constraint) = constraint else {
         return strategy.process(input).map_err(|e| e.to_string());
     };
-    let fast_forward = input.sampling.logprobs.is_none();
     let mask = constraint.mask().map_err(|e| e.to_string())?;
-    let mut out = strategy.process(StrategyInput { mask: Some(mask), ..input }).map_err(|e| e.to_string())?;
+    let out = strategy.process(StrategyInput { mask: Some(mask), ..input }).map_err(|e| e.to_string())?;
     for token in &out.tokens {
         constraint.commit(token.token_id).map_err(|e| e.to_string())?;
-    }
-    if fast_forward && !out.tokens.is_empty() {
-        // Jump-forward: what the grammar forces next is appended without a forward each; the
-        // next step computes their KV as one chunk and samples after them.
-        for token_id in constraint.forced_tokens() {
-            constraint.commit(token_id).map_err(|e| e.to_string())?;
-            out.tokens.push(GeneratedToken { token_id, logprob: None, metrics: None });
-        }
     }
     Ok(out)
 }

@@ -23,7 +23,7 @@ use crate::structured::Constraint;
 /// What verifying one span decided.
 #[derive(Debug, Default)]
 pub struct Verdict {
-    /// The kept draft tokens then the one drawn after them (and any tokens a grammar forces).
+    /// The kept draft tokens then the one drawn after them.
     pub output: StrategyOutput,
     /// Draft tokens kept: their KV, written by this forward, is the sequence's. The last
     /// drawn token came from logits row `num_accepted`.
@@ -75,15 +75,6 @@ pub fn verify(
         }
     }
     let num_accepted = tokens.len() - 1;
-    if let Some(c) = constraint {
-        // Jump-forward as without a draft: what the grammar forces next needs no draws.
-        if input.sampling.logprobs.is_none() {
-            for token_id in c.forced_tokens() {
-                c.commit(token_id).map_err(|e| e.to_string())?;
-                tokens.push(GeneratedToken { token_id, logprob: None, metrics: None });
-            }
-        }
-    }
     Ok(Verdict { output: StrategyOutput { tokens, next_scratch_rows: 0 }, num_accepted })
 }
 
