@@ -112,25 +112,35 @@ fn smollm2_int8_request_is_bit_identical_alone_and_batched() {
     engine.shutdown(entrobatch::ShutdownMode::Finish);
 }
 
-/// The f16 KV cache keeps the int8 mode's promise (a request decodes to the same bits alone
-/// and batched, chunked and preempted differently) and stays close to the exact f32 cache:
-/// the same greedy tokens until a near-tie (where each side's token is in the other's top 5),
-/// for at least half of the tokens, the bar used against candle above (measured: 103 of 192;
-/// int8 activations turn f16's rounding into flipped near-ties, as they do candle's kernels').
+/// The f16 and q8 KV caches keep the int8 mode's promise (a request decodes to the same bits
+/// alone and batched, chunked and preempted differently) and stay close to the exact f32
+/// cache: the same greedy tokens until a near-tie (where each side's token is in the other's
+/// top 5), for at least half of the tokens, the bar used against candle above (measured for
+/// f16: 103 of 192; int8 activations turn the cache's rounding into flipped near-ties, as they
+/// do candle's kernels').
 #[test]
 fn smollm2_f16_kv_cache_is_batch_invariant_and_close_to_f32() {
+    narrow_cache_is_batch_invariant_and_close_to_f32(KvDtype::F16);
+}
+
+#[test]
+fn smollm2_q8_kv_cache_is_batch_invariant_and_close_to_f32() {
+    narrow_cache_is_batch_invariant_and_close_to_f32(KvDtype::Q8);
+}
+
+fn narrow_cache_is_batch_invariant_and_close_to_f32(dtype: KvDtype) {
     let path = common::smollm2_path();
-    let f16_config =
-        |max_num_seqs| EngineConfig { kv_cache_dtype: Some(KvDtype::F16), ..int8_config(&path, max_num_seqs) };
+    let narrow_config =
+        |max_num_seqs| EngineConfig { kv_cache_dtype: Some(dtype), ..int8_config(&path, max_num_seqs) };
     let engine = Engine::start(int8_config(&path, 8)).expect("engine");
     let prompts = varied_prompt_ids(&engine);
     let exact = run_all(&engine, &prompts);
     engine.shutdown(entrobatch::ShutdownMode::Finish);
-    let engine = Engine::start(f16_config(8)).expect("engine");
+    let engine = Engine::start(narrow_config(8)).expect("engine");
     let batched = run_all(&engine, &prompts);
     engine.shutdown(entrobatch::ShutdownMode::Finish);
 
-    let engine = Engine::start(f16_config(1)).expect("engine");
+    let engine = Engine::start(narrow_config(1)).expect("engine");
     let bits = |s: &Steps| {
         s.iter()
             .map(|(t, top)| (*t, top.iter().map(|(id, lp)| (*id, lp.to_bits())).collect::<Vec<_>>()))
@@ -138,15 +148,16 @@ fn smollm2_f16_kv_cache_is_batch_invariant_and_close_to_f32() {
     };
     for (i, prompt) in prompts.iter().enumerate().take(2) {
         let alone = run_all(&engine, std::slice::from_ref(prompt));
-        assert_eq!(bits(&alone[0]), bits(&batched[i]), "prompt {i}: batch changed the f16-cache result");
+        assert_eq!(bits(&alone[0]), bits(&batched[i]), "prompt {i}: batch changed the {dtype:?}-cache result");
     }
     engine.shutdown(entrobatch::ShutdownMode::Finish);
 
     let mut agreeing = 0;
     for (i, (g, e)) in batched.iter().zip(&exact).enumerate() {
-        assert_ne!(bits(g), bits(e), "prompt {i}: the f16 cache changed nothing; is it in use?");
-        agreeing += assert_close_greedy(&format!("f16 cache, prompt {i}"), g, e).unwrap_or(NEW_TOKENS);
+        assert_ne!(bits(g), bits(e), "prompt {i}: the {dtype:?} cache changed nothing; is it in use?");
+        agreeing += assert_close_greedy(&format!("{dtype:?} cache, prompt {i}"), g, e).unwrap_or(NEW_TOKENS);
     }
     let total = NEW_TOKENS * prompts.len();
+    eprintln!("{dtype:?}: {agreeing} of {total} tokens agree with the f32 cache before near-ties");
     assert!(agreeing * 2 >= total, "only {agreeing} of {total} tokens agree with the f32 cache before near-ties");
 }

@@ -7,13 +7,14 @@ use std::path::Path;
 
 use common::{tiny_model, varied_prompts};
 use entrobatch::model_runner::testing::TinyModelSpec;
-use entrobatch::{Engine, EngineConfig, EngineMetrics, GenerationParams, Prompt, SamplingParams};
+use entrobatch::{Engine, EngineConfig, EngineMetrics, GenerationParams, KvDtype, Prompt, SamplingParams};
 
 const N: usize = 24;
 
-fn engine(path: &Path, caching: bool) -> Engine {
+fn engine(path: &Path, caching: bool, kv_cache_dtype: Option<KvDtype>) -> Engine {
     let mut config = EngineConfig::new(path);
     config.enable_prefix_caching = caching;
+    config.kv_cache_dtype = kv_cache_dtype;
     config.num_blocks = Some(128);
     Engine::start(config).expect("engine")
 }
@@ -51,9 +52,9 @@ fn prompts(engine: &Engine) -> Vec<Vec<u32>> {
     out
 }
 
-fn warm_equals_cold(path: &Path) {
-    let cold_engine = engine(path, false);
-    let warm_engine = engine(path, true);
+fn warm_equals_cold(path: &Path, kv_cache_dtype: Option<KvDtype>) {
+    let cold_engine = engine(path, false, kv_cache_dtype);
+    let warm_engine = engine(path, true, kv_cache_dtype);
     let prompts = prompts(&cold_engine);
     for (i, prompt) in prompts.iter().enumerate() {
         let cold = greedy(&cold_engine, prompt);
@@ -68,10 +69,17 @@ fn warm_equals_cold(path: &Path) {
 
 #[test]
 fn tiny_model_prefix_cache_hits_decode_like_cold() {
-    warm_equals_cold(&tiny_model(&TinyModelSpec::llama(), "prefix-cache"));
+    warm_equals_cold(&tiny_model(&TinyModelSpec::llama(), "prefix-cache"), None);
 }
 
 #[test]
 fn smollm2_prefix_cache_hits_decode_like_cold() {
-    warm_equals_cold(&common::smollm2_path());
+    warm_equals_cold(&common::smollm2_path(), None);
+}
+
+/// A cached block is reused in the dtype it was written in: an 8-bit block read from the cache
+/// gives what the cold prefill's own rows gave.
+#[test]
+fn smollm2_q8_prefix_cache_hits_decode_like_cold() {
+    warm_equals_cold(&common::smollm2_path(), Some(KvDtype::Q8));
 }

@@ -2,6 +2,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
+use crate::attention_q8::{self, Q8Kernel};
 use crate::attention_simd::{self as simd, KvElem};
 use crate::batch::SeqSpan;
 use crate::error::{ModelError, Result};
@@ -55,9 +56,29 @@ pub fn paged_attention(
     spans: &[SeqSpan],
     collect_metrics: bool,
 ) -> Result<(Vec<f32>, Vec<Option<AttnMetrics>>)> {
+    paged_attention_with(Q8Kernel::detect(), shape, q, step, cache, spans, collect_metrics)
+}
+
+/// `paged_attention` with the 8-bit cache's kernel chosen (tests compare them).
+pub fn paged_attention_with(
+    q8_kernel: Q8Kernel,
+    shape: AttentionShape,
+    q: &[f32],
+    step: &LayerKv,
+    cache: &LayerKv,
+    spans: &[SeqSpan],
+    collect_metrics: bool,
+) -> Result<(Vec<f32>, Vec<Option<AttnMetrics>>)> {
     Ok(match (step, cache) {
-        (LayerKv::F32(s), LayerKv::F32(c)) => attend_all(shape, q, (&s.k, &s.v), (&c.k, &c.v), spans, collect_metrics),
-        (LayerKv::F16(s), LayerKv::F16(c)) => attend_all(shape, q, (&s.k, &s.v), (&c.k, &c.v), spans, collect_metrics),
+        (LayerKv::F32(s), LayerKv::F32(c)) => attend_all(shape, q, spans, collect_metrics, |task| {
+            attend_row(shape, (&s.k, &s.v), (&c.k, &c.v), task)
+        }),
+        (LayerKv::F16(s), LayerKv::F16(c)) => attend_all(shape, q, spans, collect_metrics, |task| {
+            attend_row(shape, (&s.k, &s.v), (&c.k, &c.v), task)
+        }),
+        (LayerKv::Q8(s), LayerKv::Q8(c)) => attend_all(shape, q, spans, collect_metrics, |task| {
+            attention_q8::attend_row(q8_kernel, shape, s, c, task)
+        }),
         (s, c) => {
             return Err(ModelError::KvCache(format!("{:?} step rows against a {:?} cache", s.dtype(), c.dtype())))
         }
@@ -67,13 +88,25 @@ pub fn paged_attention(
 /// Step K/V and cached K/V, each as (K, V).
 type KvPair<'a, T> = (&'a [T], &'a [T]);
 
-fn attend_all<T: KvElem>(
+/// One task of `attend_all`: heads `heads` of query row `row` (of `span`) into `out_heads`
+/// (those heads' `head_dim` values each); `want_metrics` needs `heads` to be all of them.
+pub(crate) struct RowTask<'a> {
+    pub q_row: &'a [f32],
+    pub span: &'a SeqSpan,
+    pub row: usize,
+    pub heads: Range<usize>,
+    pub out_heads: &'a mut [f32],
+    pub want_metrics: bool,
+}
+
+/// Splits the step into `RowTask`s over the pool and runs `attend` on each (the kernel of the
+/// cache's dtype).
+fn attend_all(
     shape: AttentionShape,
     q: &[f32],
-    step: KvPair<'_, T>,
-    cache: KvPair<'_, T>,
     spans: &[SeqSpan],
     collect_metrics: bool,
+    attend: impl Fn(RowTask<'_>) -> Option<AttnMetrics> + Sync,
 ) -> (Vec<f32>, Vec<Option<AttnMetrics>>) {
     let q_row_len = shape.num_heads * shape.head_dim;
     let rows = q.len() / q_row_len;
@@ -111,10 +144,15 @@ fn attend_all<T: KvElem>(
         .par_iter()
         .zip(outs)
         .filter_map(|(&(row, h0, h1), out_heads)| {
-            let span = &spans[row_span[row]];
-            let q_row = &q[row * q_row_len..(row + 1) * q_row_len];
-            attend_row(shape, q_row, step, cache, span, row, h0..h1, out_heads, wants_metrics(row))
-                .map(|m| (row_span[row], m))
+            let task = RowTask {
+                q_row: &q[row * q_row_len..(row + 1) * q_row_len],
+                span: &spans[row_span[row]],
+                row,
+                heads: h0..h1,
+                out_heads,
+                want_metrics: wants_metrics(row),
+            };
+            attend(task).map(|m| (row_span[row], m))
         })
         .collect();
     let mut per_span = vec![None; spans.len()];
@@ -124,20 +162,14 @@ fn attend_all<T: KvElem>(
     (out, per_span)
 }
 
-/// Heads `heads` of one query row into `out_heads` (those heads' `head_dim` values each);
-/// metrics, when wanted, need `heads` to be all of them.
-#[allow(clippy::too_many_arguments)]
+/// One task over an f32 or f16 cache.
 fn attend_row<T: KvElem>(
     shape: AttentionShape,
-    q_row: &[f32],
     step: KvPair<'_, T>,
     cache: KvPair<'_, T>,
-    span: &SeqSpan,
-    row: usize,
-    heads: Range<usize>,
-    out_heads: &mut [f32],
-    want_metrics: bool,
+    task: RowTask<'_>,
 ) -> Option<AttnMetrics> {
+    let RowTask { q_row, span, row, heads, out_heads, want_metrics } = task;
     let AttentionShape { num_heads, num_kv_heads, head_dim, block_size, scale, kv_group, .. } = shape;
     let block_table = &span.block_tables[kv_group];
     let group = num_heads / num_kv_heads;

@@ -103,8 +103,15 @@ mod imp {
                 acc[j] = _mm256_fmadd_ps(qc, T::load8(keys[j].as_ptr().add(at + c)), acc[j]);
             }
         }
-        // hadd twice: lane j of the low (high) half of `u0`/`u1` holds key j's lanes 0..4
-        // (4..8) summed as (0 + 1) + (2 + 3); adding the halves completes `dot`'s tree.
+        _mm256_storeu_ps(out.as_mut_ptr(), _mm256_mul_ps(sum_lanes(&acc), _mm256_set1_ps(scale)));
+    }
+
+    /// Lane j of the result: `acc[j]`'s 8 lanes summed as `((0 + 1) + (2 + 3)) + ((4 + 5) +
+    /// (6 + 7))`. hadd twice: lane j of the low (high) half of `u0`/`u1` holds `acc[j]`'s lanes
+    /// 0..4 (4..8) summed as (0 + 1) + (2 + 3); adding the halves completes the tree.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(crate) fn sum_lanes(acc: &[__m256; 8]) -> __m256 {
         let t0 = _mm256_hadd_ps(acc[0], acc[1]);
         let t1 = _mm256_hadd_ps(acc[2], acc[3]);
         let t2 = _mm256_hadd_ps(acc[4], acc[5]);
@@ -112,8 +119,7 @@ mod imp {
         let (u0, u1) = (_mm256_hadd_ps(t0, t1), _mm256_hadd_ps(t2, t3));
         let lo = _mm256_permute2f128_ps::<0x20>(u0, u1);
         let hi = _mm256_permute2f128_ps::<0x31>(u0, u1);
-        let sums = _mm256_add_ps(lo, hi);
-        _mm256_storeu_ps(out.as_mut_ptr(), _mm256_mul_ps(sums, _mm256_set1_ps(scale)));
+        _mm256_add_ps(lo, hi)
     }
 
     /// `x[l] = attention::exp_nonpositive(x[l] - max)` for the 8 values of `x`, lane for lane

@@ -8,6 +8,8 @@ use std::path::Path;
 
 pub mod attention;
 pub mod attention_exact;
+pub mod attention_q8;
+mod attention_q8_simd;
 mod attention_simd;
 pub mod batch;
 pub mod config;
@@ -22,6 +24,7 @@ pub mod hot_workers;
 pub mod int8_gemm;
 pub mod kv_cache;
 pub mod kv_groups;
+pub mod kv_q8;
 pub mod linear;
 pub mod metrics;
 pub mod model;

@@ -34,8 +34,8 @@ fn span(query_start: usize, query_len: usize, context_len: usize, metrics: bool)
 fn attend(threads: usize, dtype: KvDtype, spans: &[SeqSpan]) -> (Vec<u32>, Vec<Option<AttnMetrics>>) {
     let kv_row = SHAPE.num_kv_heads * SHAPE.head_dim;
     let rows: usize = spans.iter().map(|s| s.query_len).sum();
-    let cache = LayerKv::from_rows(dtype, values(32 * kv_row, 1), values(32 * kv_row, 2));
-    let step = LayerKv::from_rows(dtype, values(rows * kv_row, 3), values(rows * kv_row, 4));
+    let cache = LayerKv::from_rows(dtype, SHAPE.head_dim, values(32 * kv_row, 1), values(32 * kv_row, 2));
+    let step = LayerKv::from_rows(dtype, SHAPE.head_dim, values(rows * kv_row, 3), values(rows * kv_row, 4));
     let q = values(rows * SHAPE.num_heads * SHAPE.head_dim, 5);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
     let (out, metrics) = pool.install(|| paged_attention(SHAPE, &q, &step, &cache, spans, true)).unwrap();
@@ -46,7 +46,7 @@ fn attend(threads: usize, dtype: KvDtype, spans: &[SeqSpan]) -> (Vec<u32>, Vec<O
 fn splitting_a_rows_heads_over_the_pool_keeps_every_bit() {
     let cases =
         [vec![span(0, 1, 13, false)], vec![span(0, 1, 13, true)], vec![span(0, 1, 19, false), span(1, 2, 6, true)]];
-    for dtype in [KvDtype::F32, KvDtype::F16] {
+    for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Q8] {
         for spans in &cases {
             let whole = attend(1, dtype, spans);
             assert_eq!(attend(8, dtype, spans), whole, "{dtype:?}, {} spans", spans.len());

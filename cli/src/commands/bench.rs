@@ -76,10 +76,8 @@ pub struct ThroughputArgs {
     /// rows) or quantized (candle's kernels).
     #[arg(long, default_value = "int8", value_parser = entrobatch_bench::throughput::parse_matmul_mode)]
     pub matmul: entrobatch::MatmulMode,
-    /// KV cache values: f16 (half the memory and attention traffic; the default with the int8
-    /// and dense kernels) or f32 (exact; the default with --matmul quantized).
-    #[arg(long)]
-    pub kv_cache_dtype: Option<entrobatch::KvDtype>,
+    #[command(flatten)]
+    pub kv_cache: super::KvCacheArgs,
     /// Speculative decoding, as `serve --speculative-config`; the table adds the share of draft
     /// tokens kept and the tokens per verifying forward.
     #[arg(long, value_name = "JSON")]
@@ -113,7 +111,7 @@ fn throughput(args: ThroughputArgs) -> Result<()> {
             baseline_requests: if i == 0 { args.baseline_requests } else { 0 },
             engine: Some(entrobatch::EngineConfig {
                 speculative: super::speculative_config(args.speculative_config.as_deref())?,
-                ..entrobatch_bench::throughput::engine_config_with(&model, args.matmul, args.kv_cache_dtype)
+                ..entrobatch_bench::throughput::engine_config_with(&model, args.matmul, args.kv_cache.kv_cache_dtype)
             }),
             decoding: Default::default(),
         };

@@ -29,3 +29,14 @@ pub fn resolve_model(flag: Option<PathBuf>) -> Result<PathBuf> {
 pub fn speculative_config(json: Option<&str>) -> Result<Option<entrobatch::SpeculativeConfig>> {
     json.map(|text| entrobatch::SpeculativeConfig::from_json(text).map_err(anyhow::Error::from)).transpose()
 }
+
+/// The KV cache's value type, one flag for every command that starts an engine.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct KvCacheArgs {
+    /// KV cache values: f16 (the default for GGUF models with the int8 kernels), q8 (int8 with
+    /// a scale per 32 values: about 1.9x the tokens of f16 in the same memory, read by integer
+    /// attention kernels; llama.cpp's `q8_0` layout) or f32 (exact; the default with --matmul
+    /// quantized and for safetensors checkpoints).
+    #[arg(long, value_name = "f16|q8|f32")]
+    pub kv_cache_dtype: Option<entrobatch::KvDtype>,
+}

@@ -31,10 +31,8 @@ pub struct PerplexityArgs {
     /// Engine matmul mode: int8 (the default), dense (f32 GEMM) or quantized (candle's kernels).
     #[arg(long, default_value = "int8", value_parser = entrobatch_bench::throughput::parse_matmul_mode)]
     pub matmul: entrobatch::MatmulMode,
-    /// KV cache values: f16 (the default with int8 and dense) or f32 (exact; the default with
-    /// --matmul quantized).
-    #[arg(long)]
-    pub kv_cache_dtype: Option<entrobatch::KvDtype>,
+    #[command(flatten)]
+    pub kv_cache: super::KvCacheArgs,
     /// KV cache size in MiB (default: the engine's).
     #[arg(long)]
     pub kv_cache_mb: Option<usize>,
@@ -45,7 +43,7 @@ pub struct PerplexityArgs {
 pub fn run(args: PerplexityArgs) -> Result<()> {
     let model = super::resolve_model(args.model)?;
     let text = std::fs::read_to_string(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
-    let mut config = entrobatch_bench::throughput::engine_config_with(&model, args.matmul, args.kv_cache_dtype);
+    let mut config = entrobatch_bench::throughput::engine_config_with(&model, args.matmul, args.kv_cache.kv_cache_dtype);
     if let Some(mb) = args.kv_cache_mb {
         config.kv_cache_bytes = mb << 20;
     }

@@ -95,6 +95,8 @@ pub struct RunArgs {
     /// Constrain the output to one of these strings (repeat the flag for each).
     #[arg(long)]
     pub choice: Vec<String>,
+    #[command(flatten)]
+    pub kv_cache: super::KvCacheArgs,
     /// Also run the built-in prompt set (it includes "Which number is bigger, 9.9 or 9.11?").
     #[arg(long = "prompts")]
     pub builtin_prompts: bool,
@@ -189,6 +191,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     }
     let mut config = EngineConfig::new(model);
     config.speculative = super::speculative_config(args.speculative_config.as_deref())?;
+    config.kv_cache_dtype = args.kv_cache.kv_cache_dtype;
     let engine = Engine::start(config)?;
     let params = GenerationParams {
         sampling: SamplingParams {

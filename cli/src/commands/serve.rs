@@ -56,11 +56,8 @@ pub struct ServeArgs {
     /// layers hold more tokens in it.
     #[arg(long, conflicts_with = "kv_cache_mb")]
     pub kv_cache_tokens: Option<usize>,
-    /// KV cache values: f16 (twice the tokens in the same memory, less memory traffic per
-    /// decode step; the default for GGUF models with the int8 kernels) or f32 (exact; the
-    /// default with the quantized kernels and for safetensors checkpoints).
-    #[arg(long)]
-    pub kv_cache_dtype: Option<entrobatch::KvDtype>,
+    #[command(flatten)]
+    pub kv_cache: super::KvCacheArgs,
     /// The model id clients send; default: the model file's stem.
     #[arg(long)]
     pub served_model_name: Option<String>,
@@ -113,7 +110,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     config.max_model_len = args.max_model_len;
     config.kv_cache_bytes = args.kv_cache_mb << 20;
     config.kv_cache_tokens = args.kv_cache_tokens;
-    config.kv_cache_dtype = args.kv_cache_dtype;
+    config.kv_cache_dtype = args.kv_cache.kv_cache_dtype;
     config.speculative = super::speculative_config(args.speculative_config.as_deref())?;
     config.grammar_limits = GrammarLimits {
         max_spec_bytes: args.max_grammar_bytes,

@@ -5,7 +5,7 @@ use crate::config::Activation;
 use crate::config::ModelConfig;
 use crate::embedding::Embedding;
 use crate::error::{ModelError, Result};
-use crate::kv_cache::{KvCache, LayerKv};
+use crate::kv_cache::KvCache;
 use crate::linear::{AttentionKernel, Linear};
 use crate::metrics::AttnMetrics;
 use crate::ops;
@@ -161,7 +161,7 @@ impl Model {
             let rope = &self.ropes[layer.rope];
             rope.apply(&mut q, cfg.num_heads, &batch.positions);
             rope.apply(&mut k, cfg.num_kv_heads, &batch.positions);
-            let step = LayerKv::from_rows(cache.dtype(), k, v);
+            let step = cache.step_rows(k, v);
             cache.store(l, &batch.slot_mappings[cache.groups().group_of(l)], &step)?;
             let (attn, metrics) = if self.exact_attention {
                 exact_attention(shape, &q, &step, cache.layer(l), &batch.seqs, l == last_layer)?

@@ -1,0 +1,187 @@
+//! Attention over the 8-bit KV cache: every kernel this CPU runs gives the scalar kernel's
+//! bits, and the result stays close to attention over the unquantized values computed densely
+//! in f64.
+
+use entrobatch_model_runner::attention::{paged_attention_with, AttentionShape};
+use entrobatch_model_runner::attention_q8::Q8Kernel;
+use entrobatch_model_runner::kv_cache::LayerKv;
+use entrobatch_model_runner::{AttnMetrics, KvDtype, SeqSpan};
+
+/// Qwen2.5-0.5B's attention shape (14 query heads over 2 KV heads of 64).
+const SHAPE: AttentionShape = AttentionShape {
+    num_heads: 14,
+    num_kv_heads: 2,
+    head_dim: 64,
+    block_size: 16,
+    scale: 0.125,
+    window: None,
+    kv_group: 0,
+};
+const KV_ROW: usize = SHAPE.num_kv_heads * SHAPE.head_dim;
+const Q_ROW: usize = SHAPE.num_heads * SHAPE.head_dim;
+const CACHE_BLOCKS: usize = 12;
+
+/// Deterministic values in [-1, 1) with a few large channels, as real keys have.
+fn values(len: usize, seed: usize, row_len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| {
+            let base = ((i * 2654435761 + seed * 40503) % 1999) as f32 / 999.5 - 1.0;
+            if i % row_len % 29 == 3 {
+                8.0 * base
+            } else {
+                base
+            }
+        })
+        .collect()
+}
+
+fn span(query_start: usize, query_len: usize, context_len: usize) -> SeqSpan {
+    SeqSpan {
+        query_start,
+        query_len,
+        context_len,
+        block_tables: vec![vec![5, 2, 11, 7, 0, 3, 9, 1]],
+        want_attn_metrics: true,
+        attn_pad_to: None,
+    }
+}
+
+struct Inputs {
+    q: Vec<f32>,
+    cache: (Vec<f32>, Vec<f32>),
+    step: (Vec<f32>, Vec<f32>),
+}
+
+fn inputs(rows: usize) -> Inputs {
+    let slots = CACHE_BLOCKS * SHAPE.block_size;
+    Inputs {
+        q: values(rows * Q_ROW, 5, Q_ROW),
+        cache: (values(slots * KV_ROW, 1, KV_ROW), values(slots * KV_ROW, 2, KV_ROW)),
+        step: (values(rows * KV_ROW, 3, KV_ROW), values(rows * KV_ROW, 4, KV_ROW)),
+    }
+}
+
+fn attend(kernel: Q8Kernel, inputs: &Inputs, spans: &[SeqSpan]) -> (Vec<f32>, Vec<Option<AttnMetrics>>) {
+    let q8 = |(k, v): &(Vec<f32>, Vec<f32>)| LayerKv::from_rows(KvDtype::Q8, SHAPE.head_dim, k.clone(), v.clone());
+    paged_attention_with(kernel, SHAPE, &inputs.q, &q8(&inputs.step), &q8(&inputs.cache), spans, true).unwrap()
+}
+
+/// Spans whose key counts are and are not multiples of the 8-key block, decodes and chunks.
+fn cases() -> Vec<Vec<SeqSpan>> {
+    vec![vec![span(0, 1, 1)], vec![span(0, 1, 100)], vec![span(0, 1, 37), span(1, 5, 60), span(6, 3, 0)]]
+}
+
+#[test]
+fn every_kernel_gives_the_scalar_kernels_bits() {
+    for spans in cases() {
+        let rows = spans.iter().map(|s| s.query_len).sum();
+        let inputs = inputs(rows);
+        let (scalar, scalar_metrics) = attend(Q8Kernel::Scalar, &inputs, &spans);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let mut compared = 0;
+        for kernel in Q8Kernel::ALL.into_iter().filter(|k| *k != Q8Kernel::Scalar && k.supported()) {
+            let (out, metrics) = attend(kernel, &inputs, &spans);
+            assert_eq!(bits(&out), bits(&scalar), "{kernel:?}, {} spans", spans.len());
+            assert_eq!(metrics, scalar_metrics, "{kernel:?} metrics");
+            compared += 1;
+        }
+        eprintln!("compared {compared} vector kernels with the scalar one (detected {:?})", Q8Kernel::detect());
+    }
+}
+
+/// The same attention in f64 over the f32 values, no cache, no blocks.
+fn dense(inputs: &Inputs, span: &SeqSpan) -> Vec<f64> {
+    let table = &span.block_tables[0];
+    let key_row = |j: usize| -> (&[f32], &[f32]) {
+        if j < span.context_len {
+            let slot = table[j / SHAPE.block_size] as usize * SHAPE.block_size + j % SHAPE.block_size;
+            (&inputs.cache.0[slot * KV_ROW..][..KV_ROW], &inputs.cache.1[slot * KV_ROW..][..KV_ROW])
+        } else {
+            let r = span.query_start + j - span.context_len;
+            (&inputs.step.0[r * KV_ROW..][..KV_ROW], &inputs.step.1[r * KV_ROW..][..KV_ROW])
+        }
+    };
+    let hd = SHAPE.head_dim;
+    let mut out = Vec::new();
+    for i in 0..span.query_len {
+        let q = &inputs.q[(span.query_start + i) * Q_ROW..][..Q_ROW];
+        for h in 0..SHAPE.num_heads {
+            let g = h / (SHAPE.num_heads / SHAPE.num_kv_heads) * hd;
+            let n = span.context_len + i + 1;
+            let scores: Vec<f64> = (0..n)
+                .map(|j| {
+                    let k = &key_row(j).0[g..g + hd];
+                    q[h * hd..(h + 1) * hd].iter().zip(k).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>()
+                        * SHAPE.scale as f64
+                })
+                .collect();
+            let max = scores.iter().cloned().fold(f64::MIN, f64::max);
+            let exp: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+            let total: f64 = exp.iter().sum();
+            for d in 0..hd {
+                out.push((0..n).map(|j| exp[j] / total * key_row(j).1[g + d] as f64).sum::<f64>());
+            }
+        }
+    }
+    out
+}
+
+/// What 8-bit storage keeps of `x`: each group of 32 as `round(x / s) * s` with
+/// `s = max |x| / 127` (the cache stores `s` as f16).
+fn round_trip(x: &[f32], f16_scale: bool) -> Vec<f32> {
+    x.chunks(32)
+        .flat_map(|g| {
+            let max = g.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let s = max / 127.0;
+            let kept = if f16_scale { half::f16::from_f32(s).to_f32() } else { s };
+            g.iter().map(move |v| if s > 0.0 { (v / s).round() * kept } else { 0.0 })
+        })
+        .collect()
+}
+
+fn max_error(out: &[f32], reference: &[f64]) -> f64 {
+    out.iter().zip(reference).fold(0f64, |m, (a, b)| m.max((*a as f64 - b).abs()))
+}
+
+/// The kernel's arithmetic: against dense f64 attention over exactly the values it stores
+/// (keys and values as the cache keeps them, the query as it quantizes it), only f32 rounding
+/// is left.
+#[test]
+fn q8_attention_is_dense_attention_over_the_stored_values() {
+    for spans in cases() {
+        let rows = spans.iter().map(|s| s.query_len).sum();
+        let inputs = inputs(rows);
+        let (out, _) = attend(Q8Kernel::detect(), &inputs, &spans);
+        let stored = Inputs {
+            q: round_trip(&inputs.q, false),
+            cache: (round_trip(&inputs.cache.0, true), round_trip(&inputs.cache.1, true)),
+            step: (round_trip(&inputs.step.0, true), round_trip(&inputs.step.1, true)),
+        };
+        let reference: Vec<f64> = spans.iter().flat_map(|s| dense(&stored, s)).collect();
+        let error = max_error(&out, &reference);
+        assert!(error < 1e-4, "largest error {error} over {} spans", spans.len());
+    }
+}
+
+/// Fidelity to the unquantized values: bounded, and worse than the f16 cache's (so the
+/// comparison above is not vacuous). Perplexity on real models is in BENCHMARKS.md.
+#[test]
+fn q8_attention_stays_close_to_attention_over_the_unquantized_values() {
+    for spans in cases() {
+        let rows = spans.iter().map(|s| s.query_len).sum();
+        let inputs = inputs(rows);
+        let (out, _) = attend(Q8Kernel::detect(), &inputs, &spans);
+        let reference: Vec<f64> = spans.iter().flat_map(|s| dense(&inputs, s)).collect();
+        let f16 = |(k, v): &(Vec<f32>, Vec<f32>)| LayerKv::from_rows(KvDtype::F16, SHAPE.head_dim, k.clone(), v.clone());
+        let (out_f16, _) =
+            paged_attention_with(Q8Kernel::detect(), SHAPE, &inputs.q, &f16(&inputs.step), &f16(&inputs.cache), &spans, true)
+                .unwrap();
+        let (q8_error, f16_error) = (max_error(&out, &reference), max_error(&out_f16, &reference));
+        // Values reach 8, so a group holding one has steps of 8 / 127 for all 32 of its values:
+        // the format's own error here is about 0.12 (dense attention over the round-tripped
+        // values), whatever the kernel.
+        assert!(q8_error < 0.2, "largest error {q8_error} over {} spans", spans.len());
+        assert!(f16_error < q8_error, "f16 {f16_error} against q8 {q8_error}");
+    }
+}
+
