@@ -102,17 +102,9 @@ pub fn parse_matmul_mode(name: &str) -> std::result::Result<entrobatch::MatmulMo
     }
 }
 
-/// The engine configuration a throughput run uses, with the given matmul mode and KV dtype
-/// (`None`: the engine's default for the model and mode).
-pub fn engine_config_with(
-    model: &Path,
-    mode: entrobatch::MatmulMode,
-    kv_dtype: Option<entrobatch::KvDtype>,
-) -> EngineConfig {
-    let mut c = EngineConfig::new(model);
-    c.matmul_mode = mode;
-    c.kv_cache_dtype = kv_dtype;
-    c
+/// The engine configuration a throughput run uses, with the given matmul mode.
+pub fn engine_config_with(model: &Path, mode: entrobatch::MatmulMode) -> EngineConfig {
+    EngineConfig { matmul_mode: mode, ..EngineConfig::new(model) }
 }
 
 pub fn run(config: &ThroughputConfig, on_progress: impl FnMut(usize)) -> Result<ThroughputReport> {

@@ -109,9 +109,11 @@ fn throughput(args: ThroughputArgs) -> Result<()> {
             concurrency,
             // The baseline does not depend on concurrency: measure it once.
             baseline_requests: if i == 0 { args.baseline_requests } else { 0 },
-            engine: Some(entrobatch::EngineConfig {
-                speculative: super::speculative_config(args.speculative_config.as_deref())?,
-                ..entrobatch_bench::throughput::engine_config_with(&model, args.matmul, args.kv_cache.kv_cache_dtype)
+            engine: Some({
+                let mut engine = entrobatch_bench::throughput::engine_config_with(&model, args.matmul);
+                engine.speculative = super::speculative_config(args.speculative_config.as_deref())?;
+                args.kv_cache.apply(&mut engine);
+                engine
             }),
             decoding: Default::default(),
         };

@@ -39,4 +39,17 @@ pub struct KvCacheArgs {
     /// quantized and for safetensors checkpoints).
     #[arg(long, value_name = "f16|q8|f32")]
     pub kv_cache_dtype: Option<entrobatch::KvDtype>,
+    /// KV cache size in MiB [default: 1024].
+    #[arg(long)]
+    pub kv_cache_mb: Option<usize>,
+}
+
+impl KvCacheArgs {
+    /// Sets the engine's cache from the flags; absent flags keep the engine's defaults.
+    pub fn apply(&self, config: &mut entrobatch::EngineConfig) {
+        config.kv_cache_dtype = self.kv_cache_dtype;
+        if let Some(mb) = self.kv_cache_mb {
+            config.kv_cache_bytes = mb << 20;
+        }
+    }
 }

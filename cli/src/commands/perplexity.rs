@@ -33,9 +33,6 @@ pub struct PerplexityArgs {
     pub matmul: entrobatch::MatmulMode,
     #[command(flatten)]
     pub kv_cache: super::KvCacheArgs,
-    /// KV cache size in MiB (default: the engine's).
-    #[arg(long)]
-    pub kv_cache_mb: Option<usize>,
     #[arg(long)]
     pub no_progress: bool,
 }
@@ -43,10 +40,8 @@ pub struct PerplexityArgs {
 pub fn run(args: PerplexityArgs) -> Result<()> {
     let model = super::resolve_model(args.model)?;
     let text = std::fs::read_to_string(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
-    let mut config = entrobatch_bench::throughput::engine_config_with(&model, args.matmul, args.kv_cache.kv_cache_dtype);
-    if let Some(mb) = args.kv_cache_mb {
-        config.kv_cache_bytes = mb << 20;
-    }
+    let mut config = entrobatch_bench::throughput::engine_config_with(&model, args.matmul);
+    args.kv_cache.apply(&mut config);
     // Sequences are one chunk long (the context llama-perplexity's -c sets, by which it also
     // picks Phi-3's RoPE factors), plus the one position every request reserves to generate.
     config.max_model_len = Some(args.ctx_size + 1);

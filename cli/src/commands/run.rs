@@ -191,7 +191,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     }
     let mut config = EngineConfig::new(model);
     config.speculative = super::speculative_config(args.speculative_config.as_deref())?;
-    config.kv_cache_dtype = args.kv_cache.kv_cache_dtype;
+    args.kv_cache.apply(&mut config);
     let engine = Engine::start(config)?;
     let params = GenerationParams {
         sampling: SamplingParams {

@@ -48,9 +48,6 @@ pub struct ServeArgs {
     /// Context limit; default: the model's own.
     #[arg(long)]
     pub max_model_len: Option<usize>,
-    /// KV cache size in MiB.
-    #[arg(long, default_value_t = EngineConfig::DEFAULT_KV_CACHE_BYTES >> 20)]
-    pub kv_cache_mb: usize,
     /// KV cache size in tokens instead: the memory of that many tokens at every layer (rounded
     /// up to whole blocks), e.g. to match another server's `-c`. Models with sliding-window
     /// layers hold more tokens in it.
@@ -108,9 +105,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
     };
     config.max_queued_requests = Some(args.max_queue.unwrap_or_else(|| config.serving_max_queued_requests()));
     config.max_model_len = args.max_model_len;
-    config.kv_cache_bytes = args.kv_cache_mb << 20;
+    args.kv_cache.apply(&mut config);
     config.kv_cache_tokens = args.kv_cache_tokens;
-    config.kv_cache_dtype = args.kv_cache.kv_cache_dtype;
     config.speculative = super::speculative_config(args.speculative_config.as_deref())?;
     config.grammar_limits = GrammarLimits {
         max_spec_bytes: args.max_grammar_bytes,
