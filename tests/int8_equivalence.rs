@@ -130,8 +130,7 @@ fn smollm2_q8_kv_cache_is_batch_invariant_and_close_to_f32() {
 
 fn narrow_cache_is_batch_invariant_and_close_to_f32(dtype: KvDtype) {
     let path = common::smollm2_path();
-    let narrow_config =
-        |max_num_seqs| EngineConfig { kv_cache_dtype: Some(dtype), ..int8_config(&path, max_num_seqs) };
+    let narrow_config = |max_num_seqs| EngineConfig { kv_cache_dtype: Some(dtype), ..int8_config(&path, max_num_seqs) };
     let engine = Engine::start(int8_config(&path, 8)).expect("engine");
     let prompts = varied_prompt_ids(&engine);
     let exact = run_all(&engine, &prompts);

@@ -70,15 +70,15 @@ pub fn paged_attention_with(
     collect_metrics: bool,
 ) -> Result<(Vec<f32>, Vec<Option<AttnMetrics>>)> {
     Ok(match (step, cache) {
-        (LayerKv::F32(s), LayerKv::F32(c)) => attend_all(shape, q, spans, collect_metrics, |task| {
-            attend_row(shape, (&s.k, &s.v), (&c.k, &c.v), task)
-        }),
-        (LayerKv::F16(s), LayerKv::F16(c)) => attend_all(shape, q, spans, collect_metrics, |task| {
-            attend_row(shape, (&s.k, &s.v), (&c.k, &c.v), task)
-        }),
-        (LayerKv::Q8(s), LayerKv::Q8(c)) => attend_all(shape, q, spans, collect_metrics, |task| {
-            attention_q8::attend_row(q8_kernel, shape, s, c, task)
-        }),
+        (LayerKv::F32(s), LayerKv::F32(c)) => {
+            attend_all(shape, q, spans, collect_metrics, |task| attend_row(shape, (&s.k, &s.v), (&c.k, &c.v), task))
+        }
+        (LayerKv::F16(s), LayerKv::F16(c)) => {
+            attend_all(shape, q, spans, collect_metrics, |task| attend_row(shape, (&s.k, &s.v), (&c.k, &c.v), task))
+        }
+        (LayerKv::Q8(s), LayerKv::Q8(c)) => {
+            attend_all(shape, q, spans, collect_metrics, |task| attention_q8::attend_row(q8_kernel, shape, s, c, task))
+        }
         (s, c) => {
             return Err(ModelError::KvCache(format!("{:?} step rows against a {:?} cache", s.dtype(), c.dtype())))
         }

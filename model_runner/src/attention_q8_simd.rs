@@ -72,11 +72,7 @@ pub(crate) unsafe fn dot8(
 ///
 /// AVX2 and FMA must be available; `out.len()` a multiple of 32; `value(j)` for every `j` in
 /// `0..probs.len()` at least `out.len()` values and `out.len() / 32` scales.
-pub(crate) unsafe fn weighted_sum<'a>(
-    probs: &[f32],
-    value: impl Fn(usize) -> (&'a [i8], &'a [f32]),
-    out: &mut [f32],
-) {
+pub(crate) unsafe fn weighted_sum<'a>(probs: &[f32], value: impl Fn(usize) -> (&'a [i8], &'a [f32]), out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     imp::weighted_sum(probs, value, out);
     #[cfg(not(target_arch = "x86_64"))]

@@ -172,10 +172,18 @@ fn q8_attention_stays_close_to_attention_over_the_unquantized_values() {
         let inputs = inputs(rows);
         let (out, _) = attend(Q8Kernel::detect(), &inputs, &spans);
         let reference: Vec<f64> = spans.iter().flat_map(|s| dense(&inputs, s)).collect();
-        let f16 = |(k, v): &(Vec<f32>, Vec<f32>)| LayerKv::from_rows(KvDtype::F16, SHAPE.head_dim, k.clone(), v.clone());
-        let (out_f16, _) =
-            paged_attention_with(Q8Kernel::detect(), SHAPE, &inputs.q, &f16(&inputs.step), &f16(&inputs.cache), &spans, true)
-                .unwrap();
+        let f16 =
+            |(k, v): &(Vec<f32>, Vec<f32>)| LayerKv::from_rows(KvDtype::F16, SHAPE.head_dim, k.clone(), v.clone());
+        let (out_f16, _) = paged_attention_with(
+            Q8Kernel::detect(),
+            SHAPE,
+            &inputs.q,
+            &f16(&inputs.step),
+            &f16(&inputs.cache),
+            &spans,
+            true,
+        )
+        .unwrap();
         let (q8_error, f16_error) = (max_error(&out, &reference), max_error(&out_f16, &reference));
         // Values reach 8, so a group holding one has steps of 8 / 127 for all 32 of its values:
         // the format's own error here is about 0.12 (dense attention over the round-tripped
@@ -184,4 +192,3 @@ fn q8_attention_stays_close_to_attention_over_the_unquantized_values() {
         assert!(f16_error < q8_error, "f16 {f16_error} against q8 {q8_error}");
     }
 }
-
