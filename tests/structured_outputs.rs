@@ -148,7 +148,7 @@ fn regex_choice_and_lark_constrain_sampled_outputs() {
 
 /// Constrained, unconstrained, entropix and MTI requests in one continuous batch: the
 /// unconstrained seeded requests draw exactly the tokens they draw alone, and the
-/// constrained ones under every strategy still match their schema.
+/// constrained ones under every strategy (branching included) still match their schema.
 #[test]
 fn a_mixed_batch_leaves_unconstrained_requests_exact() {
     let engine = engine();
@@ -168,6 +168,9 @@ fn a_mixed_batch_leaves_unconstrained_requests_exact() {
         Decoding::Mti(entrobatch::strategy::MtiConfig { entropy_threshold: -1.0, ..Default::default() }),
         13,
     ));
+    // Branching at every token: each continuation carries its own fork of the grammar.
+    let branch = entrobatch::strategy::BranchConfig { entropy_threshold: 0.0, lookahead: 4, ..Default::default() };
+    batch.push(constrained(Decoding::Branch(branch), 15));
     batch.push(Request::new(
         Prompt::Text("Entropix, free:".into()),
         GenerationParams { decoding: Decoding::Entropix(Default::default()), ..sampled(14, 24, None) },
@@ -177,11 +180,13 @@ fn a_mixed_batch_leaves_unconstrained_requests_exact() {
         assert_eq!(&outputs[i].token_ids, reference, "unconstrained request {i} changed in a mixed batch");
     }
     let validator = jsonschema::validator_for(&schema).expect("schema");
-    for out in &outputs[4..7] {
+    for out in &outputs[4..8] {
         assert_eq!(out.finish_reason, FinishReason::Stop, "{:?} {:?}", out.text, out.error);
         let value: Value = serde_json::from_str(&out.text).expect("JSON");
         assert!(validator.is_valid(&value), "{value}");
     }
+    let stats = outputs[7].strategy_stats.as_ref().expect("branch stats");
+    assert!(stats["branch_points"].as_u64() > Some(0), "{stats}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Throughput measurement shared by `benches/throughput.rs` and `entrobatch bench throughput`.
 
 pub mod baseline;
+pub mod branch_mix;
 pub mod phase_spans;
 pub mod prefix_cache;
 pub mod strategy_compare;

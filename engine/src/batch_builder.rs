@@ -29,17 +29,21 @@ pub struct SpanResult {
 /// tokens, slots and block tables are read in place from the scheduler's sequences and copied
 /// once, into the batch.
 /// Each request that gets a span is marked scheduled at `step_started` (its queue time ends).
+/// `branch_owners`: the request each branch continuation's sequence belongs to.
 pub fn build_batch(
     plan: &SchedulerOutput,
     scheduler: &Scheduler,
     requests: &mut HashMap<SeqId, RequestState>,
+    branch_owners: &HashMap<SeqId, SeqId>,
     step_started: Instant,
 ) -> (ForwardBatch, Vec<SpanResult>) {
     let num_groups = scheduler.config().kv_group_windows.len();
     let mut batch = ForwardBatch { slot_mappings: vec![Vec::new(); num_groups], ..ForwardBatch::default() };
     let mut results = Vec::with_capacity(plan.scheduled.len());
     for scheduled in &plan.scheduled {
-        let (Some(state), Some(seq)) = (requests.get_mut(&scheduled.seq_id), scheduler.get(scheduled.seq_id)) else {
+        // A branch's continuation runs under its request's strategy (which adds no rows).
+        let owner = branch_owners.get(&scheduled.seq_id).unwrap_or(&scheduled.seq_id);
+        let (Some(state), Some(seq)) = (requests.get_mut(owner), scheduler.get(scheduled.seq_id)) else {
             continue;
         };
         let token_ids = scheduler.query_token_ids(scheduled);

@@ -61,6 +61,26 @@ pub struct TokenMetrics {
     /// Whether MTI guidance fired for this token.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub guided: Option<bool>,
+    /// The engine branched before this token: what it tried and why it kept this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<BranchReport>,
+}
+
+/// A branch point as the per-token metrics show it (`Decoding::Branch`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BranchReport {
+    /// Continuations tried, the plain draw's included.
+    pub tried: usize,
+    /// The candidate whose continuation was kept (0: the plain draw).
+    pub kept: usize,
+    pub scorer: entrobatch_sampler::BranchScorer,
+    /// Each continuation's score, in candidate order.
+    pub scores: Vec<f32>,
+    /// Tokens each continuation decoded.
+    pub lengths: Vec<usize>,
+    /// Of the distribution at the branch point, in bits and bits squared.
+    pub entropy: f32,
+    pub varentropy: f32,
 }
 
 /// One generated token and what the sampler knew about it.

@@ -9,6 +9,7 @@
 //! ```
 
 mod batch_builder;
+mod branching;
 mod command;
 pub mod config;
 pub mod detokenizer;
@@ -38,7 +39,9 @@ pub use entrobatch_model_runner::{AttentionKernel, ChatMessage, KvDtype, MatmulM
 pub use entrobatch_sampler::SamplingParams;
 pub use entrobatch_scheduler::{LatencyTargets, WouldMissTtft};
 pub use error::{EngineError, Result};
-pub use event::{Event, FinishReason, GeneratedToken, PromptLogprob, RequestId, TokenLogprob, TokenMetrics};
+pub use event::{
+    BranchReport, Event, FinishReason, GeneratedToken, PromptLogprob, RequestId, TokenLogprob, TokenMetrics,
+};
 pub use handle::{GenerationOutput, RequestHandle};
 pub use metrics::EngineMetrics;
 pub use request::{GenerationParams, Prompt, Request};

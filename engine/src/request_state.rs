@@ -4,6 +4,7 @@ use entrobatch_model_runner::Tokenizer;
 use entrobatch_scheduler::{Appended, Sequence};
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::branching::ActiveBranch;
 use crate::detokenizer::Detokenizer;
 use crate::event::{Event, FinishReason, GeneratedToken, PromptLogprob};
 use crate::in_flight::InFlightPermit;
@@ -29,6 +30,8 @@ pub struct RequestState {
     pub prompt_scoring: Option<PromptScoring>,
     /// Its drafter and acceptance rates, when the request speculates.
     pub speculation: Option<Speculation>,
+    /// The continuations a branching request is trying (`Decoding::Branch`).
+    pub(crate) branch: Option<ActiveBranch>,
     sender: UnboundedSender<Event>,
     detokenizer: Detokenizer,
     stop_checker: StopChecker,
@@ -74,6 +77,7 @@ impl RequestState {
             times: RequestTimes::new(Instant::now()),
             prompt_scoring,
             speculation: None,
+            branch: None,
             sender,
             detokenizer: Detokenizer::new(),
             stop_checker,
@@ -81,6 +85,11 @@ impl RequestState {
             eos_token_ids,
             in_flight,
         }
+    }
+
+    /// The token ends the output: an EOS the request does not ignore, or one of its stop ids.
+    pub(crate) fn ends_output(&self, id: u32) -> bool {
+        (!self.params.ignore_eos && self.eos_token_ids.contains(&id)) || self.params.stop_token_ids.contains(&id)
     }
 
     /// Streams one sampled token (already appended to the scheduler's sequence, whose answer is

@@ -21,6 +21,12 @@ pub struct ItemResult {
     pub completion: String,
     pub prompt_tokens: usize,
     pub output_tokens: usize,
+    /// Tokens decoded beyond the output (branch continuations not kept).
+    #[serde(default)]
+    pub extra_tokens: usize,
+    /// Mean log-probability of the output's tokens (asked for when an item has several samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_logprob: Option<f64>,
     pub finish_reason: String,
     #[serde(flatten)]
     pub grade: Grade,
@@ -52,6 +58,13 @@ pub struct StrategyResult {
     /// With several samples per item (`n=` above 1): the share of items with at least one
     /// right sample, pass@k at k = `samples` (HumanEval's estimator, exact when k = n).
     pub pass_at_samples: Option<f64>,
+    /// With several samples per item: picking the one of highest mean log-probability
+    /// (best-of-n), and the answer most samples give (self-consistency; tasks whose grader
+    /// reads an answer). Accuracy over items with its bootstrap interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub best_of_samples: Option<SelectionResult>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub majority_of_samples: Option<SelectionResult>,
     /// Against the run's first strategy, item by item; None for the first itself.
     pub paired: Option<PairedDiff>,
     /// MMLU: accuracy of the answer read from the first token's option log-probabilities
@@ -66,10 +79,19 @@ pub struct StrategyResult {
     /// Output tokens over `wall_secs` (prefill time included, as a user would see it).
     pub tokens_per_sec: f64,
     pub mean_output_len: f64,
+    /// Tokens decoded per task item (all its samples), output and branch continuations not
+    /// kept: the compute a method spends on one question.
+    pub mean_decoded_len: f64,
     /// Items whose request failed or was rejected (counted as wrong).
     pub errors: usize,
     pub stats: StrategyStats,
     pub items: Vec<ItemResult>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct SelectionResult {
+    pub accuracy: f64,
+    pub ci95: Interval,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -137,12 +159,31 @@ impl EvalReport {
             if first_token {
                 out.push_str(&s.first_token_accuracy.map_or(" - |".into(), |a| format!(" {:.1}% |", 100.0 * a)));
             }
-            let stats = match (s.pass_at_samples, s.stats.summary()) {
-                (Some(p), rest) if rest == "-" => format!("pass@{} {:.1}%", s.samples, 100.0 * p),
-                (Some(p), rest) => format!("pass@{} {:.1}%; {rest}", s.samples, 100.0 * p),
-                (None, rest) => rest,
+            let mut parts: Vec<String> = Vec::new();
+            if let Some(p) = s.pass_at_samples {
+                parts.push(format!("pass@{} {:.1}%", s.samples, 100.0 * p));
+            }
+            for (name, sel) in [("best-of-n by logprob", s.best_of_samples), ("majority", s.majority_of_samples)] {
+                if let Some(sel) = sel {
+                    parts.push(format!(
+                        "{name} {:.1}% ({:.1}-{:.1}%)",
+                        100.0 * sel.accuracy,
+                        100.0 * sel.ci95.low,
+                        100.0 * sel.ci95.high
+                    ));
+                }
+            }
+            let rest = s.stats.summary();
+            if rest != "-" || parts.is_empty() {
+                parts.push(rest);
+            }
+            let stats = parts.join("; ");
+            let decoded = if s.mean_decoded_len > s.mean_output_len {
+                format!("{:.1} ({:.1} decoded)", s.mean_output_len, s.mean_decoded_len)
+            } else {
+                format!("{:.1}", s.mean_output_len)
             };
-            out.push_str(&format!(" {:.1} | {:.1} | {} |\n", s.tokens_per_sec, s.mean_output_len, stats));
+            out.push_str(&format!(" {:.1} | {decoded} | {} |\n", s.tokens_per_sec, stats));
         }
         out
     }

@@ -13,8 +13,8 @@ use anyhow::Result;
 use super::bootstrap::{mean, mean_interval};
 use super::checkpoint::{self, Checkpoint, Chunk, RunKey};
 use super::paired;
-use super::report::{ItemResult, StrategyResult};
-use super::stats::StrategyStats;
+use super::report::{ItemResult, SelectionResult, StrategyResult};
+use super::stats::{BranchTotals, StrategyStats};
 use super::strategy_spec::StrategySpec;
 use super::tasks::{EvalItem, Grade, Task};
 use entrobatch::{Decoding, Engine, EngineConfig, GenerationOutput, GenerationParams, Prompt, Request, SamplingParams};
@@ -107,7 +107,13 @@ pub fn run_strategy(
                 temperature,
                 top_p: spec.top_p.unwrap_or(SamplingParams::default().top_p),
                 seed: Some(options.seed),
-                logprobs: task.reads_first_token().then_some(FIRST_TOKEN_TOP),
+                // Several samples per item are also ranked by their mean log-probability
+                // (best-of-n), which needs each token's.
+                logprobs: if task.reads_first_token() {
+                    Some(FIRST_TOKEN_TOP)
+                } else {
+                    (spec.samples > 1).then_some(0)
+                },
                 ..SamplingParams::default()
             },
             max_tokens,
@@ -184,8 +190,11 @@ fn run_chunk(
     let wall_secs = start.elapsed().as_secs_f64();
 
     on_progress(Progress::Grading);
-    let stats =
+    let mut stats =
         StrategyStats::from_outputs(outputs.iter().filter_map(|o| o.as_ref().ok()).map(|o| o.tokens.as_slice()));
+    for out in outputs.iter().filter_map(|o| o.as_ref().ok()) {
+        stats.add_branch(BranchTotals::of_request(out.strategy_stats.as_ref()));
+    }
     let mut items = Vec::with_capacity(outputs.len());
     for (w, output) in part.iter().zip(outputs) {
         let item = &task.items()[w.index];
@@ -199,6 +208,8 @@ fn run_chunk(
                     reference: task.reference(w.index),
                     prompt_tokens: out.prompt_token_ids.len(),
                     output_tokens: out.token_ids.len(),
+                    extra_tokens: BranchTotals::of_request(out.strategy_stats.as_ref()).map_or(0, |b| b.extra_tokens),
+                    mean_logprob: mean_logprob(&out),
                     finish_reason: out.finish_reason.as_str().to_string(),
                     completion: out.text,
                     grade,
@@ -214,6 +225,8 @@ fn run_chunk(
                 reference: task.reference(w.index),
                 prompt_tokens: 0,
                 output_tokens: 0,
+                extra_tokens: 0,
+                mean_logprob: None,
                 finish_reason: REJECTED.into(),
                 completion: String::new(),
                 grade: Grade::default(),
@@ -226,6 +239,14 @@ fn run_chunk(
     }
     on_progress(Progress::Graded);
     Ok(Chunk { wall_secs, stats, items })
+}
+
+/// The mean log-probability of the output's tokens, when they carry one.
+fn mean_logprob(out: &GenerationOutput) -> Option<f64> {
+    let logprobs: Vec<f64> =
+        out.tokens.iter().filter_map(|t| t.logprob.as_ref()).map(|l| f64::from(l.logprob)).collect();
+    (!logprobs.is_empty() && logprobs.len() == out.tokens.len())
+        .then(|| logprobs.iter().sum::<f64>() / logprobs.len() as f64)
 }
 
 /// The first generated token's top alternatives as (text, logprob), when they were asked.
@@ -252,6 +273,15 @@ pub fn summarise(
     seed: u64,
 ) -> StrategyResult {
     let scores = item_scores(&items, |i| i.grade.correct);
+    let selected = |pick: fn(&[ItemResult]) -> Option<bool>| -> Option<SelectionResult> {
+        let picks: Vec<f64> = items_by_id(&items).map(|samples| pick(samples).map(f64::from)).collect::<Option<_>>()?;
+        (spec.samples > 1 && !picks.is_empty())
+            .then(|| SelectionResult { accuracy: mean(&picks), ci95: mean_interval(&picks, seed) })
+    };
+    let best_of_samples = selected(best_by_logprob);
+    // Only where the grader reads an answer (not HumanEval's tests).
+    let majority_of_samples =
+        if items.iter().any(|i| i.grade.extracted.is_some()) { selected(majority_answer) } else { None };
     let first_token: Vec<bool> = items.iter().filter_map(|i| i.first_token_correct).collect();
     let output_tokens: usize = items.iter().map(|i| i.output_tokens).sum();
     StrategyResult {
@@ -264,6 +294,8 @@ pub fn summarise(
         ci95: mean_interval(&scores, seed),
         pass_at_samples: (spec.samples > 1)
             .then(|| scores.iter().filter(|&&s| s > 0.0).count() as f64 / scores.len().max(1) as f64),
+        best_of_samples,
+        majority_of_samples,
         paired: None,
         first_token_accuracy: (!first_token.is_empty())
             .then(|| first_token.iter().filter(|&&c| c).count() as f64 / items.len() as f64),
@@ -272,10 +304,51 @@ pub fn summarise(
         wall_secs,
         tokens_per_sec: if wall_secs > 0.0 { output_tokens as f64 / wall_secs } else { 0.0 },
         mean_output_len: if items.is_empty() { 0.0 } else { output_tokens as f64 / items.len() as f64 },
+        // Per task item, all its samples together: what a method spends on one question.
+        mean_decoded_len: items.iter().map(|i| i.output_tokens + i.extra_tokens).sum::<usize>() as f64
+            / scores.len().max(1) as f64,
         errors: items.iter().filter(|i| i.error.is_some()).count(),
         stats,
         items,
     }
+}
+
+/// The records of each item (consecutive, one id).
+fn items_by_id(items: &[ItemResult]) -> impl Iterator<Item = &[ItemResult]> {
+    items.chunk_by(|a, b| a.id == b.id)
+}
+
+/// Best-of-n: whether the sample with the highest mean log-probability is right; None when a
+/// sample has no log-probabilities.
+fn best_by_logprob(samples: &[ItemResult]) -> Option<bool> {
+    let mut best: Option<(f64, bool)> = None;
+    for s in samples {
+        let lp = s.mean_logprob?;
+        if best.is_none_or(|(b, _)| lp > b) {
+            best = Some((lp, s.grade.correct));
+        }
+    }
+    best.map(|(_, correct)| correct)
+}
+
+/// Self-consistency: whether the answer most samples read to (the first such on a tie) is
+/// right. A sample with no answer does not vote; an item with no vote is wrong.
+fn majority_answer(samples: &[ItemResult]) -> Option<bool> {
+    let mut votes: Vec<(&str, usize, bool)> = Vec::new();
+    for s in samples {
+        let Some(answer) = s.grade.extracted.as_deref() else { continue };
+        match votes.iter_mut().find(|(a, _, _)| *a == answer) {
+            Some(v) => v.1 += 1,
+            None => votes.push((answer, 1, s.grade.correct)),
+        }
+    }
+    let mut winner: Option<(usize, bool)> = None;
+    for &(_, n, correct) in &votes {
+        if winner.is_none_or(|(w, _)| n > w) {
+            winner = Some((n, correct));
+        }
+    }
+    Some(winner.is_some_and(|(_, correct)| correct))
 }
 
 /// Per item (consecutive records with one id), the share of its samples for which
@@ -337,12 +410,35 @@ mod tests {
             completion: String::new(),
             prompt_tokens: 1,
             output_tokens: 1,
+            extra_tokens: 0,
+            mean_logprob: None,
             finish_reason: "stop".into(),
             grade: Grade { correct, ..Grade::default() },
             first_token_choice: None,
             first_token_correct: None,
             error: None,
         }
+    }
+
+    #[test]
+    fn best_of_n_takes_the_likeliest_sample_and_majority_the_commonest_answer() {
+        let sample = |correct: bool, lp: Option<f64>, answer: Option<&str>| {
+            let mut r = record("a", 0, correct);
+            r.mean_logprob = lp;
+            r.grade.extracted = answer.map(String::from);
+            r
+        };
+        let samples = [
+            sample(false, Some(-0.9), Some("7")),
+            sample(true, Some(-0.2), Some("8")),
+            sample(false, Some(-0.5), Some("7")),
+        ];
+        assert_eq!(best_by_logprob(&samples), Some(true));
+        assert_eq!(majority_answer(&samples), Some(false), "two of three say 7");
+        assert_eq!(best_by_logprob(&[sample(true, None, None)]), None, "no logprobs, no ranking");
+        assert_eq!(majority_answer(&[sample(true, None, None), sample(false, None, None)]), Some(false));
+        let tie = [sample(true, Some(-1.0), Some("8")), sample(false, Some(-1.0), Some("7"))];
+        assert_eq!((best_by_logprob(&tie), majority_answer(&tie)), (Some(true), Some(true)), "ties keep the first");
     }
 
     #[test]

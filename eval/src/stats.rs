@@ -21,6 +21,40 @@ pub struct StrategyStats {
     pub mti_guided: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mti_trigger_rate: Option<f64>,
+    /// Branching: branch points taken, those that kept a continuation other than the plain
+    /// draw's, and the tokens decoded by continuations not kept; None without branching.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<BranchTotals>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BranchTotals {
+    pub points: usize,
+    pub kept_other: usize,
+    pub extra_tokens: usize,
+    /// Branch points skipped for want of a spare sequence slot or KV pages.
+    pub no_room: usize,
+}
+
+impl BranchTotals {
+    /// A request's totals from its `strategy_stats` (`Decoding::Branch`); None for others.
+    pub fn of_request(stats: Option<&serde_json::Value>) -> Option<Self> {
+        let stats = stats.filter(|s| s["strategy"] == "branch")?;
+        let n = |key: &str| stats[key].as_u64().unwrap_or(0) as usize;
+        Some(Self {
+            points: n("branch_points"),
+            kept_other: n("branch_kept_other"),
+            extra_tokens: n("branch_extra_tokens"),
+            no_room: n("branch_no_room"),
+        })
+    }
+
+    fn add(&mut self, other: &Self) {
+        self.points += other.points;
+        self.kept_other += other.kept_other;
+        self.extra_tokens += other.extra_tokens;
+        self.no_room += other.no_room;
+    }
 }
 
 impl StrategyStats {
@@ -40,11 +74,20 @@ impl StrategyStats {
             mti_tokens: (mti.tokens > 0).then_some(mti.tokens),
             mti_guided: (mti.tokens > 0).then_some(mti.triggered),
             mti_trigger_rate: (mti.tokens > 0).then(|| mti.rate()),
+            branch: None,
+        }
+    }
+
+    /// Adds one request's branching totals.
+    pub fn add_branch(&mut self, totals: Option<BranchTotals>) {
+        if let Some(t) = totals {
+            self.branch.get_or_insert_with(Default::default).add(&t);
         }
     }
 
     /// The statistics of two parts of one job (a resumed run's chunks) as one.
     pub fn merge(&mut self, other: &StrategyStats) {
+        self.add_branch(other.branch);
         if let Some(theirs) = &other.entropix_branches {
             let ours = self.entropix_branches.get_or_insert_with(BTreeMap::new);
             for (branch, n) in theirs {
@@ -78,6 +121,12 @@ impl StrategyStats {
         }
         if let (Some(rate), Some(n)) = (self.mti_trigger_rate, self.mti_tokens) {
             parts.push(format!("MTI trigger {:.1}% of {n} tokens", 100.0 * rate));
+        }
+        if let Some(b) = &self.branch {
+            parts.push(format!(
+                "{} branch points ({} kept another continuation, {} skipped for room), {} extra tokens",
+                b.points, b.kept_other, b.no_room, b.extra_tokens
+            ));
         }
         if parts.is_empty() {
             "-".into()

@@ -3,9 +3,11 @@
 //! text doubles as the strategy's label in reports, so a table row says exactly what ran.
 
 use anyhow::{anyhow, bail, Context, Result};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::Value;
 
-use entrobatch::strategy::{EntropixConfig, MtiConfig, WedlmConfig};
+use entrobatch::strategy::{BranchConfig, EntropixConfig, MtiConfig, WedlmConfig};
 use entrobatch::Decoding;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -36,6 +38,8 @@ pub fn parse_strategies(list: &str) -> Result<Vec<StrategySpec>> {
 /// - `entropix[:samples=N][:FIELD=VALUE...]` with any `EntropixConfig` field
 /// - `mti[:tau=T][:w=W][:neg=TEXT]` (`tau=inf`: never guide; negative: always)
 /// - `wedlm[:window=W][:tau=T][:pos=L]` (needs a WeDLM checkpoint)
+/// - `branch[:k=K][:tau=BITS][:lookahead=L][:scorer=margin|mean_logprob][:FIELD=VALUE...]` with
+///   any `BranchConfig` field
 ///
 /// and on any of them the sampling options `t=T` (temperature; not entropix, which sets
 /// its own), `top_p=P` and `n=N` (samples per item).
@@ -78,7 +82,8 @@ pub fn parse_strategy(spec: &str) -> Result<StrategySpec> {
         "entropix" => Decoding::Entropix(entropix(&options).with_context(|| format!("strategy '{spec}'"))?),
         "mti" => Decoding::Mti(mti(&options).with_context(|| format!("strategy '{spec}'"))?),
         "wedlm" => Decoding::Wedlm(wedlm(&options).with_context(|| format!("strategy '{spec}'"))?),
-        _ => bail!("unknown strategy '{name}' (known: plain, entropix, mti, wedlm)"),
+        "branch" => Decoding::Branch(branch(&options).with_context(|| format!("strategy '{spec}'"))?),
+        _ => bail!("unknown strategy '{name}' (known: plain, entropix, mti, wedlm, branch)"),
     };
     Ok(StrategySpec { label: spec.to_string(), decoding, temperature, top_p, samples })
 }
@@ -99,25 +104,42 @@ fn float(key: &str, value: &str) -> Result<f32> {
 /// Options overwrite fields of the default config through its serde form, so every field
 /// is reachable without listing them here; unknown fields are errors, not silently ignored.
 fn entropix(options: &[(&str, &str)]) -> Result<EntropixConfig> {
-    let mut json = serde_json::to_value(EntropixConfig::default())?;
-    let Some(fields) = json.as_object_mut() else { bail!("entropix config is not an object") };
+    let renamed: Vec<(&str, &str)> =
+        options.iter().map(|&(k, v)| (if k == "samples" { "n_adaptive_samples" } else { k }, v)).collect();
+    let cfg: EntropixConfig = overwrite_fields("entropix", EntropixConfig::default(), &renamed)?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// `branch[:k=K][:tau=BITS][:varentropy_threshold=V][:lookahead=L][:scorer=margin]...`: any
+/// `BranchConfig` field; `tau` is `entropy_threshold`.
+fn branch(options: &[(&str, &str)]) -> Result<BranchConfig> {
+    let renamed: Vec<(&str, &str)> =
+        options.iter().map(|&(k, v)| (if k == "tau" { "entropy_threshold" } else { k }, v)).collect();
+    let cfg: BranchConfig = overwrite_fields("branch", BranchConfig::default(), &renamed)?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// `default` with each `key=value` written over the field of that name in its serde form:
+/// named choices stay strings (serde checks them), counts and optional ids parse as integers,
+/// switches as booleans, the rest as numbers.
+fn overwrite_fields<T: Serialize + DeserializeOwned>(name: &str, default: T, options: &[(&str, &str)]) -> Result<T> {
+    let mut json = serde_json::to_value(default)?;
+    let Some(fields) = json.as_object_mut() else { bail!("{name} config is not an object") };
     for &(key, value) in options {
-        let key = if key == "samples" { "n_adaptive_samples" } else { key };
-        let Some(slot) = fields.get_mut(key) else { bail!("entropix has no option '{key}'") };
+        let Some(slot) = fields.get_mut(key) else { bail!("{name} has no option '{key}'") };
         *slot = if slot.is_string() {
-            // A named choice (`adaptive_score=surprisal`): serde checks the name below.
             Value::from(value)
+        } else if slot.is_boolean() {
+            Value::from(value.parse::<bool>().map_err(|_| anyhow!("{key}={value}: not true or false"))?)
         } else if slot.is_u64() || slot.is_null() {
-            // Counts, and the optional ids / sizes that default to none
-            // (`pause_token_id`, `attention_pad_to`).
             Value::from(value.parse::<u64>().map_err(|_| anyhow!("{key}={value}: not a count"))?)
         } else {
             Value::from(f64::from(float(key, value)?))
         };
     }
-    let cfg: EntropixConfig = serde_json::from_value(json)?;
-    cfg.validate()?;
-    Ok(cfg)
+    Ok(serde_json::from_value(json)?)
 }
 
 fn mti(options: &[(&str, &str)]) -> Result<MtiConfig> {
@@ -166,6 +188,18 @@ mod tests {
         assert_eq!(cfg.n_adaptive_samples, 3);
         assert!(parse_strategy("entropix:adaptive_score=best").is_err());
         assert!(parse_strategy("entropix:attention_pad_to=x").is_err());
+    }
+
+    #[test]
+    fn branch_options_reach_every_field() {
+        let spec = parse_strategy("branch:k=4:tau=0.5:lookahead=12:scorer=margin:stop_at_newline=false").unwrap();
+        let Decoding::Branch(cfg) = spec.decoding else { panic!("not branch") };
+        assert_eq!((cfg.k, cfg.entropy_threshold, cfg.lookahead), (4, 0.5, 12));
+        assert_eq!((cfg.scorer, cfg.stop_at_newline), (entrobatch::sampler::BranchScorer::Margin, false));
+        assert!(parse_strategy("branch:k=1").is_err(), "validated");
+        assert!(parse_strategy("branch:scorer=vote").is_err());
+        assert!(parse_strategy("branch:stop_at_newline=maybe").is_err());
+        assert!(parse_strategy("branch:width=3").is_err());
     }
 
     #[test]

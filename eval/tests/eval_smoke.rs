@@ -23,7 +23,8 @@ fn load_options(limit: usize) -> LoadOptions {
 #[test]
 fn each_task_runs_two_items_per_strategy() {
     let model = tiny_eval_model("eval-smoke");
-    let specs = parse_strategies("plain,entropix,mti:tau=0.5:w=1.5").expect("strategies");
+    let specs = parse_strategies("plain,entropix,mti:tau=0.5:w=1.5,branch:tau=0:lookahead=2:stop_at_newline=false")
+        .expect("strategies");
     let options = RunOptions {
         model,
         max_tokens: Some(6),
@@ -56,6 +57,16 @@ fn each_task_runs_two_items_per_strategy() {
                     assert_eq!(branches.values().sum::<usize>(), r.output_tokens);
                 }
                 Decoding::Mti(_) => assert_eq!(r.stats.mti_tokens, Some(r.output_tokens)),
+                Decoding::Branch(_) => {
+                    let b = r.stats.branch.expect("branch totals");
+                    assert!(b.points > 0, "{kind:?}: {b:?}");
+                    let extra: usize = r.items.iter().map(|i| i.extra_tokens).sum();
+                    assert_eq!(extra, b.extra_tokens);
+                    // k = 3 by default: two other continuations of at most two tokens each.
+                    assert!(extra > 0 && extra <= b.points * 2 * 2, "{kind:?}: {b:?}");
+                    let decoded = (r.output_tokens + extra) as f64 / r.n as f64;
+                    assert!((r.mean_decoded_len - decoded).abs() < 1e-9);
+                }
                 Decoding::Wedlm(_) => unreachable!(),
             }
         }

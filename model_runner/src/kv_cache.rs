@@ -69,6 +69,11 @@ pub struct KvValues<T> {
 }
 
 impl<T: Copy> KvValues<T> {
+    fn copy_within(&mut self, from: usize, to: usize, len: usize) {
+        self.k.copy_within(from..from + len, to);
+        self.v.copy_within(from..from + len, to);
+    }
+
     fn copy_from(&mut self, to: usize, src: &KvValues<T>, from: usize, len: usize) {
         self.k[to..to + len].copy_from_slice(&src.k[from..from + len]);
         self.v[to..to + len].copy_from_slice(&src.v[from..from + len]);
@@ -121,6 +126,15 @@ impl LayerKv {
             }
         }
         Ok(())
+    }
+
+    /// Copies `len` values from `from` to `to` within this tensor (whole q8 groups).
+    fn copy_within(&mut self, from: usize, to: usize, len: usize) {
+        match self {
+            LayerKv::F32(kv) => kv.copy_within(from, to, len),
+            LayerKv::F16(kv) => kv.copy_within(from, to, len),
+            LayerKv::Q8(kv) => kv.copy_within(from, to, len),
+        }
     }
 
     /// `len` K and V values from `at`, as f32 (for q8, whole groups: a slot's row is).
@@ -210,6 +224,24 @@ impl KvCache {
         for (row, &slot) in slot_mapping.iter().enumerate() {
             if slot >= 0 {
                 kv.copy_from(slot as usize * row_len, step, row * row_len, row_len)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies whole pages `(src, dst)` in every tensor: a forked sequence's copy of its
+    /// parent's partial last block, made before the forward that first writes it.
+    pub fn copy_blocks(&mut self, copies: &[(usize, usize)]) -> Result<()> {
+        let page = self.block_size * self.row_len;
+        for &(src, dst) in copies {
+            if src >= self.num_blocks || dst >= self.num_blocks || src == dst {
+                return Err(ModelError::KvCache(format!(
+                    "cannot copy page {src} to page {dst} of {}",
+                    self.num_blocks
+                )));
+            }
+            for kv in &mut self.tensors {
+                kv.copy_within(src * page, dst * page, page);
             }
         }
         Ok(())

@@ -61,6 +61,15 @@ impl Q8Values {
         self.v_scales[to / g..(to + len) / g].copy_from_slice(&src.v_scales[from / g..(from + len) / g]);
     }
 
+    /// Copies `len` values (whole groups) from `from` to `to`, with their scales.
+    pub(crate) fn copy_within(&mut self, from: usize, to: usize, len: usize) {
+        let g = self.group;
+        self.k.copy_within(from..from + len, to);
+        self.v.copy_within(from..from + len, to);
+        self.k_scales.copy_within(from / g..(from + len) / g, to / g);
+        self.v_scales.copy_within(from / g..(from + len) / g, to / g);
+    }
+
     /// `len` K and V values from `at` (whole groups), as f32.
     pub fn dequantize(&self, at: usize, len: usize) -> (Vec<f32>, Vec<f32>) {
         let g = self.group;

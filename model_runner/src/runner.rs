@@ -38,6 +38,11 @@ impl ModelRunner {
         with_hot_workers(|| model.forward_into(batch, cache, logits))
     }
 
+    /// Copies KV pages `(src, dst)` between steps (`KvCache::copy_blocks`).
+    pub fn copy_blocks(&mut self, copies: &[(usize, usize)]) -> Result<()> {
+        self.cache.copy_blocks(copies)
+    }
+
     /// Takes back a step's output once its logits are used, so the next step writes its
     /// logits into the same allocation (on Qwen2.5 at 64 rows, 39 MB that would otherwise be
     /// mapped, faulted in page by page, and unmapped every step).

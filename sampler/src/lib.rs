@@ -11,6 +11,7 @@
 //! 5. temperature 0: argmax; otherwise temperature -> min_p -> top_k -> top_p
 //!    -> inverse-CDF draw with `uniform(seed, step, 0)`.
 
+mod branch_score;
 pub mod entropix;
 mod entropy;
 mod error;
@@ -25,6 +26,7 @@ mod sampler;
 pub mod token_mask;
 pub mod wedlm;
 
+pub use branch_score::{BranchScorer, TokenScore};
 pub use entropy::{entropy_nats, entropy_varentropy_nats};
 pub use error::SamplerError;
 pub use filter::{argmax, sample_filtered, FilterConfig};

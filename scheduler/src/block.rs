@@ -10,6 +10,14 @@ pub type BlockId = u32;
 /// `num_blocks` within `u32::MAX`.
 pub const NULL_BLOCK: BlockId = u32::MAX;
 
+/// A block's K/V to copy into another before the next forward: a fork's copy-on-write of the
+/// partial last block (`Scheduler::fork`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockCopy {
+    pub src: BlockId,
+    pub dst: BlockId,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Block {
     pub(crate) id: BlockId,

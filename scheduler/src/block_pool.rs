@@ -156,9 +156,6 @@ impl BlockPool {
             if block.ref_count != held {
                 return Err(format!("block {} ref_count {} but {} tables hold it", block.id, block.ref_count, held));
             }
-            if held > 1 && block.hash.is_none() {
-                return Err(format!("block {} shared by {held} tables but not a cached block", block.id));
-            }
             if (block.ref_count == 0) != inner.free.contains(block.id) {
                 return Err(format!("block {} ref_count {} vs free-queue membership", block.id, block.ref_count));
             }

@@ -1,7 +1,7 @@
 //! One KV cache group's blocks of a sequence, owned RAII-style: dropping the table hands every
 //! block it holds back to the pool, so finish, abort, preemption and error paths cannot leak.
 
-use crate::block::{BlockId, NULL_BLOCK};
+use crate::block::{BlockCopy, BlockId, NULL_BLOCK};
 use crate::block_pool::BlockPool;
 use crate::prefix_hash::{hash_block_tokens, BlockHash};
 
@@ -81,6 +81,34 @@ impl BlockTable {
         let freed: Vec<BlockId> = self.block_ids.drain(keep..).filter(|&id| id != NULL_BLOCK).collect();
         self.block_hashes.truncate(keep);
         self.pool.free(&freed);
+    }
+
+    /// A table for a sequence forked from this one once `num_computed` tokens are computed:
+    /// every full block is shared (one more reference: a full computed block is never written
+    /// again), and the partial last block is copied on write into a fresh block, returned as
+    /// the copy the model runner must make before the child's next forward. `None`, with
+    /// nothing taken, when the pool has no block for the copy.
+    pub(crate) fn fork(&self, num_computed: usize) -> Option<(BlockTable, Option<BlockCopy>)> {
+        let bs = self.pool.block_size();
+        let num_full = (num_computed / bs).min(self.block_ids.len());
+        let partial = if num_computed.is_multiple_of(bs) { None } else { self.block_ids.get(num_full).copied() };
+        let copy = match partial.filter(|&id| id != NULL_BLOCK) {
+            Some(src) => Some(BlockCopy { src, dst: *self.pool.allocate(1)?.first()? }),
+            None => None,
+        };
+        let mut block_ids = self.block_ids[..num_full].to_vec();
+        let shared: Vec<BlockId> = block_ids.iter().copied().filter(|&id| id != NULL_BLOCK).collect();
+        self.pool.touch(&shared);
+        block_ids.extend(copy.map(|c| c.dst));
+        let child = BlockTable {
+            pool: self.pool.clone(),
+            group: self.group,
+            window: self.window,
+            block_ids,
+            block_hashes: self.block_hashes[..self.block_hashes.len().min(num_full)].to_vec(),
+            num_released: self.num_released.min(num_full),
+        };
+        Some((child, copy))
     }
 
     /// Registers every block that is full of computed tokens and not yet hashed.

@@ -42,6 +42,9 @@ pub enum SchedulerError {
     #[error("unknown sequence {0}")]
     UnknownSequence(SeqId),
 
+    #[error("sequence {seq_id} cannot fork now: {reason}")]
+    ForkRefused { seq_id: SeqId, reason: String },
+
     #[error("sequence {seq_id} already produced max_tokens = {max_tokens} tokens")]
     MaxTokensReached { seq_id: SeqId, max_tokens: usize },
 }

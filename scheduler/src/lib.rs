@@ -19,6 +19,7 @@ mod block_table;
 mod config;
 mod draft;
 mod error;
+mod fork;
 mod free_queue;
 mod inspect;
 mod latency;
@@ -33,7 +34,7 @@ mod step_budget;
 mod step_cost;
 mod updates;
 
-pub use block::{Block, BlockId, NULL_BLOCK};
+pub use block::{Block, BlockCopy, BlockId, NULL_BLOCK};
 pub use config::SchedulerConfig;
 pub use error::{NeverFitsReason, SchedulerError};
 pub use latency::{LatencyTargets, QueueLoad, WouldMissTtft};

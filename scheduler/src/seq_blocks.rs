@@ -1,7 +1,7 @@
 //! A sequence's KV blocks: one `BlockTable` per KV cache group, grown, hashed, released and
 //! given back together.
 
-use crate::block::BlockId;
+use crate::block::{BlockCopy, BlockId};
 use crate::block_pool::BlockPool;
 use crate::block_table::BlockTable;
 use crate::prefix_hit::PrefixHit;
@@ -32,6 +32,19 @@ impl SeqBlocks {
     /// that grew keep their blocks, which the next try or the drop uses).
     pub(crate) fn ensure_slots(&mut self, num_slots: usize) -> bool {
         self.tables.iter_mut().all(|t| t.ensure_slots(num_slots))
+    }
+
+    /// Every group's table forked at `num_computed` tokens (`BlockTable::fork`), with the
+    /// copies to make; `None`, with nothing held, when the pool is short.
+    pub(crate) fn fork(&self, num_computed: usize) -> Option<(SeqBlocks, Vec<BlockCopy>)> {
+        let mut tables = Vec::with_capacity(self.tables.len());
+        let mut copies = Vec::new();
+        for table in &self.tables {
+            let (child, copy) = table.fork(num_computed)?;
+            tables.push(child);
+            copies.extend(copy);
+        }
+        Some((SeqBlocks { tables }, copies))
     }
 
     pub(crate) fn cache_full_blocks(&mut self, token_ids: &[u32], num_computed: usize) {

@@ -54,7 +54,7 @@ impl Scheduler {
         self.remove(id).is_some()
     }
 
-    fn remove(&mut self, id: SeqId) -> Option<Sequence> {
+    pub(crate) fn remove(&mut self, id: SeqId) -> Option<Sequence> {
         let seq = self.sequences.remove(&id)?;
         match seq.status {
             SequenceStatus::Running => {

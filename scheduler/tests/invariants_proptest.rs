@@ -44,6 +44,7 @@ fn kind() -> impl Strategy<Value = Kind> {
         1 => (1usize..5).prop_map(|rows| Kind::Mti { rows }),
         1 => (1usize..6).prop_map(|window| Kind::Wedlm { window }),
         2 => (1usize..6).prop_map(|draft| Kind::Speculative { draft }),
+        2 => Just(Kind::Branch),
     ]
 }
 

@@ -76,6 +76,45 @@ fn openai_client_gets_the_engines_greedy_tokens() {
     assert_eq!(seen["n2_chat"], json!([0, 1]));
 }
 
+/// A branching request over HTTP: the response is one completion, its token metrics mark the
+/// branch points, and usage reports the tokens decoded by continuations not kept, streamed or not.
+#[test]
+fn branching_requests_report_their_extra_tokens_in_usage() {
+    let server = TestServer::start(engine_config(smollm2_path()));
+    let body = |stream: bool| {
+        json!({
+            "prompt": "The three most surprising facts about octopuses are",
+            "max_tokens": 24,
+            "ignore_eos": true,
+            "return_metrics": true,
+            "stream": stream,
+            "stream_options": if stream { json!({"include_usage": true}) } else { Value::Null },
+            "decoding": {"strategy": "branch", "entropy_threshold": 0.0, "lookahead": 4, "stop_at_newline": false},
+        })
+    };
+    let whole = server.post_json("/v1/completions", &body(false));
+    assert_eq!(whole.status, 200, "{}", whole.text());
+    let r = whole.json();
+    assert_eq!(r["usage"]["completion_tokens"], json!(24));
+    let extra = r["usage"]["completion_tokens_details"]["branch_tokens"].as_u64().expect("branch tokens");
+    let metrics = r["choices"][0]["token_metrics"].as_array().expect("token metrics");
+    let forks: Vec<&Value> = metrics.iter().filter_map(|m| m.get("fork")).collect();
+    assert!(!forks.is_empty(), "{metrics:?}");
+    let discarded: u64 = forks
+        .iter()
+        .map(|f| {
+            let lengths: Vec<u64> =
+                f["lengths"].as_array().expect("lengths").iter().filter_map(Value::as_u64).collect();
+            lengths.iter().sum::<u64>() - lengths[f["kept"].as_u64().expect("kept") as usize]
+        })
+        .sum();
+    assert_eq!(extra, discarded, "usage counts what the reports say was thrown away");
+    let streamed = server.post_json("/v1/completions", &body(true));
+    let last = streamed.sse_data().into_iter().rev().find(|d| d != "[DONE]").expect("usage chunk");
+    let usage: Value = serde_json::from_str(&last).expect("JSON chunk");
+    assert_eq!(usage["usage"]["completion_tokens_details"]["branch_tokens"], json!(extra), "greedy: the same branches");
+}
+
 /// Malformed and hostile requests get the right 4xx with an OpenAI error body, none of them
 /// reaches the engine loop, and the server keeps serving.
 #[test]
@@ -117,6 +156,7 @@ fn hostile_requests_get_4xx_and_the_server_keeps_serving() {
         ("unknown top-level field", "/v1/completions", br#"{"prompt":"x","foo":{"bar":[1]}}"#.to_vec(), 400, Some("unsupported_field")),
         ("unknown chat field", "/v1/chat/completions", br#"{"messages":[{"role":"user","content":"x"}],"min_tokens":3}"#.to_vec(), 400, Some("unsupported_field")),
         ("misspelled key inside decoding", "/v1/completions", br#"{"prompt":"x","decoding":{"strategy":"mti","tau":1}}"#.to_vec(), 400, Some("invalid_decoding")),
+        ("branch parameter out of range", "/v1/completions", br#"{"prompt":"x","decoding":{"strategy":"branch","k":1}}"#.to_vec(), 400, Some("invalid_decoding")),
         ("unknown role", "/v1/chat/completions", br#"{"messages":[{"role":"wizard","content":"x"}]}"#.to_vec(), 400, None),
         ("tool message without a call id", "/v1/chat/completions", br#"{"messages":[{"role":"user","content":"x"},{"role":"tool","content":"42"}]}"#.to_vec(), 400, None),
         ("tool_choice naming no declared tool", "/v1/chat/completions", br#"{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}"#.to_vec(), 400, None),

@@ -14,6 +14,30 @@ pub enum BenchCommand {
     PrefixCache(PrefixCacheArgs),
     /// Requests under a JSON schema against the same requests free, alternating in one engine.
     Structured(StructuredArgs),
+    /// Half the requests branching beside half plain, against all plain, alternating in one
+    /// engine: the plain half's TPOT and the branching half's extra tokens.
+    Branching(BranchingArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BranchingArgs {
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    #[arg(long, default_value_t = 16)]
+    pub requests: usize,
+    #[arg(long, default_value_t = 128)]
+    pub output_len: usize,
+    /// Rounds of (mixed, all plain) pairs, alternating which runs first.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
+    /// Sequence slots (the engine's max_num_seqs); branches use only those the requests leave.
+    #[arg(long, default_value_t = 64)]
+    pub max_num_seqs: usize,
+    /// The branching requests' `BranchConfig`, as JSON; missing fields keep their defaults.
+    #[arg(long, value_name = "JSON")]
+    pub branch_config: Option<String>,
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -89,6 +113,7 @@ pub fn run_bench(command: BenchCommand) -> Result<()> {
         BenchCommand::Throughput(args) => throughput(args),
         BenchCommand::PrefixCache(args) => prefix_cache(args),
         BenchCommand::Structured(args) => structured(args),
+        BenchCommand::Branching(args) => branching(args),
     }
 }
 
@@ -250,6 +275,48 @@ fn structured(args: StructuredArgs) -> Result<()> {
     let json = serde_json::to_string_pretty(&report)?;
     if let Some(path) = &args.json {
         std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn branching(args: BranchingArgs) -> Result<()> {
+    use entrobatch_bench::branch_mix::{run, BranchMixConfig};
+    let model = super::resolve_model(args.model.clone())?;
+    let branch: entrobatch::strategy::BranchConfig = match &args.branch_config {
+        Some(json) => serde_json::from_str(json).context("--branch-config is not a BranchConfig object")?,
+        None => Default::default(),
+    };
+    branch.validate()?;
+    let mut engine_config = entrobatch::EngineConfig::new(&model);
+    engine_config.max_num_seqs = args.max_num_seqs.max(args.requests).max(1);
+    let engine = entrobatch::Engine::start(engine_config)?;
+    let config = BranchMixConfig { requests: args.requests, max_tokens: args.output_len, rounds: args.rounds, branch };
+    let bar = ProgressBar::new(2 * args.rounds as u64);
+    bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} runs ({elapsed})")?.progress_chars("=> "));
+    bar.set_message("half branching vs all plain");
+    let report = run(&engine, &config, |_| bar.inc(1))?;
+    bar.finish_and_clear();
+    println!("| run | seconds | plain TPOT p50 ms | plain TPOT p99 ms | output tok | branch points | extra tok |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for r in &report.runs {
+        let kind = if r.mixed { "half branching" } else { "all plain" };
+        println!(
+            "| {kind} | {:.2} | {:.1} | {:.1} | {} | {} | {} |",
+            r.seconds,
+            r.plain_tpot_p50_ms,
+            r.plain_tpot_p99_ms,
+            r.output_tokens,
+            r.branch_points,
+            r.branch_extra_tokens
+        );
+    }
+    println!(
+        "plain TPOT p99 beside branching / all plain (best rounds): {:.3}; wall time mixed / plain: {:.3}",
+        report.p99_ratio, report.seconds_ratio
+    );
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use entrobatch::strategy::{MtiConfig, TriggerStats, WedlmConfig};
+use entrobatch::strategy::{BranchConfig, MtiConfig, TriggerStats, WedlmConfig};
 use entrobatch::structured::StructuredOutput;
 use entrobatch::{
     ChatMessage, Decoding, Engine, EngineConfig, Event, GenerationParams, Prompt, Request, SamplingParams,
@@ -76,6 +76,10 @@ pub struct RunArgs {
     /// Entropix: candidates the adaptive branch draws (1..=12) [default: 5].
     #[arg(long)]
     pub entropix_samples: Option<usize>,
+    /// Branch: a JSON object overriding `BranchConfig` fields, e.g. '{"k": 4,
+    /// "entropy_threshold": 1.0, "scorer": "margin"}'; missing fields keep their defaults.
+    #[arg(long, value_name = "JSON")]
+    pub branch_config: Option<String>,
     /// Print one line per token (entropy, varentropy, attention metrics, entropix branch),
     /// coloured by quadrant on a terminal.
     #[arg(long)]
@@ -111,6 +115,8 @@ pub enum StrategyName {
     Entropix,
     /// WeDLM streaming parallel decoding of mask windows (WeDLM checkpoints only).
     Wedlm,
+    /// Entropy-triggered branching: try a few continuations where the model is unsure.
+    Branch,
 }
 
 /// The request's decoding strategy from the flags; strategy flags need their strategy.
@@ -145,8 +151,19 @@ fn decoding(args: &RunArgs) -> Result<Decoding> {
     if (args.entropix_config.is_some() || args.entropix_samples.is_some()) && args.strategy != StrategyName::Entropix {
         anyhow::bail!("--entropix-config and --entropix-samples need --strategy entropix");
     }
+    if args.branch_config.is_some() && args.strategy != StrategyName::Branch {
+        anyhow::bail!("--branch-config needs --strategy branch");
+    }
     Ok(match args.strategy {
         StrategyName::Plain => Decoding::Plain,
+        StrategyName::Branch => {
+            let config: BranchConfig = match &args.branch_config {
+                Some(json) => serde_json::from_str(json).context("--branch-config is not a BranchConfig object")?,
+                None => BranchConfig::default(),
+            };
+            config.validate()?;
+            Decoding::Branch(config)
+        }
         StrategyName::Entropix => Decoding::Entropix(super::entropix::config_from_flags(
             args.entropix_config.as_deref(),
             args.entropix_samples,

@@ -18,6 +18,8 @@ pub(super) struct Decision {
     pub num_accepted: usize,
     /// The draft for the next step and the chance each of its tokens is kept.
     pub next_draft: Option<(Vec<u32>, f64)>,
+    /// At a branch point of a structured output: the grammar after each candidate, in order.
+    pub fork_constraints: Vec<Constraint>,
 }
 
 /// A sequence's share of the parallel phase.
@@ -43,12 +45,15 @@ pub(super) fn decide(work: Work<'_>) -> Result<Decision, String> {
     let fast_forward = input.sampling.logprobs.is_none();
     // Only a speculating request looks at a row again after its draw (the next draft's entropy).
     let rows = speculation.as_ref().map(|_| input.logits.clone());
+    let mut fork_constraints = Vec::new();
     let (mut output, num_accepted) = if draft.is_empty() {
-        (choose_tokens(strategy, constraint.as_deref_mut(), input)?, 0)
+        (choose_tokens(strategy, constraint.as_deref_mut(), input, &mut fork_constraints)?, 0)
     } else {
         let verdict = verify(strategy, constraint.as_deref_mut(), input, draft)?;
         (verdict.output, verdict.num_accepted)
     };
+    // A branch point's candidates go on one by one; only the kept one's grammar jumps ahead.
+    let fast_forward = fast_forward && output.fork.is_none();
     if let (Some(constraint), true) = (constraint, fast_forward && !output.tokens.is_empty()) {
         // Jump-forward: what the grammar forces next is appended without a forward each; the
         // next step computes their KV as one chunk and samples after them.
@@ -67,20 +72,27 @@ pub(super) fn decide(work: Work<'_>) -> Result<Decision, String> {
         context.extend(output.tokens.iter().map(|t| t.token_id));
         next_draft = speculation.propose(&context, suffix, || entrobatch_sampler::entropy_nats(row));
     }
-    Ok(Decision { output, num_draft: draft.len(), num_accepted, next_draft })
+    Ok(Decision { output, num_draft: draft.len(), num_accepted, next_draft, fork_constraints })
 }
 
-/// The strategy's choice for a span with no draft, under the grammar's mask.
+/// The strategy's choice for a span with no draft, under the grammar's mask; at a branch
+/// point, also the grammar after each candidate (`fork_constraints`).
 fn choose_tokens(
     strategy: &mut dyn SequenceStrategy,
     constraint: Option<&mut Constraint>,
     input: StrategyInput<'_>,
+    fork_constraints: &mut Vec<Constraint>,
 ) -> Result<StrategyOutput, String> {
     let Some(constraint) = constraint else {
         return strategy.process(input).map_err(|e| e.to_string());
     };
     let mask = constraint.mask().map_err(|e| e.to_string())?;
     let out = strategy.process(StrategyInput { mask: Some(mask), ..input }).map_err(|e| e.to_string())?;
+    for (candidate, _) in out.fork.iter().flat_map(|f| &f.candidates) {
+        let mut fork = constraint.fork();
+        fork.commit(candidate.token_id).map_err(|e| e.to_string())?;
+        fork_constraints.push(fork);
+    }
     for token in &out.tokens {
         constraint.commit(token.token_id).map_err(|e| e.to_string())?;
     }

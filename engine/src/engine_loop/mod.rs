@@ -4,6 +4,7 @@
 //! request becoming a sequence) is its child module `admission`.
 
 mod admission;
+mod branches;
 mod decide;
 
 use std::collections::HashMap;
@@ -14,7 +15,7 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, TryRecvError};
 use entrobatch_model_runner::{ForwardOutput, ModelRunner, Tokenizer};
-use entrobatch_scheduler::Scheduler;
+use entrobatch_scheduler::{Appended, Scheduler, SeqId};
 use rayon::prelude::*;
 
 use self::admission::{refuse, Admission, Live};
@@ -60,6 +61,9 @@ pub(crate) struct EngineLoop {
     draining: bool,
     /// Recent outputs of every request, for suffix drafts (`SpeculativeMethod::Suffix`).
     suffix: Option<SuffixIndex>,
+    /// The request each live branch continuation belongs to (`Decoding::Branch`).
+    branch_owners: HashMap<SeqId, RequestId>,
+    next_branch_seq_id: SeqId,
     #[cfg(feature = "faults")]
     faults: FaultInjection,
     /// Forwards run so far; `faults` counts in it.
@@ -91,6 +95,8 @@ impl EngineLoop {
             admission,
             draining: false,
             suffix,
+            branch_owners: HashMap::new(),
+            next_branch_seq_id: branches::FIRST_BRANCH_SEQ_ID,
             #[cfg(feature = "faults")]
             faults: FaultInjection::default(),
             #[cfg(feature = "faults")]
@@ -207,8 +213,10 @@ impl EngineLoop {
             if let Some(state) = self.requests.get_mut(id) {
                 state.strategy.on_preempted();
             }
+            // A branch uses only spare room: a continuation that loses its blocks leaves the race.
+            self.drop_continuation(*id);
         }
-        let (batch, spans) = build_batch(&plan, &self.scheduler, &mut self.requests, started);
+        let (batch, spans) = build_batch(&plan, &self.scheduler, &mut self.requests, &self.branch_owners, started);
         if batch.num_rows() == 0 {
             return;
         }
@@ -236,6 +244,8 @@ impl EngineLoop {
             self.finish_request(span.seq_id, FinishReason::Length, None);
         }
         let decisions = self.run_strategies(&output, &spans);
+        // Branches in flight before this step's decisions, which may start new ones.
+        self.run_branches(&output, &spans);
         for (id, decision) in decisions {
             match decision {
                 Ok(decision) => self.apply_decision(id, decision),
@@ -302,7 +312,7 @@ impl EngineLoop {
         let scheduler = &self.scheduler;
         let suffix = self.suffix.as_ref();
         let mut work = Vec::new();
-        for (id, state) in self.requests.iter_mut() {
+        for (id, state) in self.requests.iter_mut().filter(|(_, s)| s.branch.is_none()) {
             let (Some(span), Some(seq)) = (by_id.get(id), scheduler.get(*id)) else { continue };
             let RequestState { strategy, params, seed, constraint, speculation, .. } = state;
             let logits: Vec<&[f32]> = span.logits_indices.iter().map(|&i| output.row(i)).collect();
@@ -340,7 +350,7 @@ impl EngineLoop {
     /// Settles a verified draft with the scheduler, appends the step's tokens, and hands the
     /// scheduler the next draft.
     fn apply_decision(&mut self, id: RequestId, decision: Decision) {
-        let Decision { output, num_draft, num_accepted, next_draft } = decision;
+        let Decision { mut output, num_draft, num_accepted, next_draft, fork_constraints } = decision;
         if num_draft > 0 {
             self.metrics.spec_decode.record(num_draft, num_accepted);
             if let Err(e) = self.scheduler.accept_draft(id, num_accepted) {
@@ -348,7 +358,12 @@ impl EngineLoop {
                 return;
             }
         }
-        self.commit_tokens(id, output);
+        if let Some(fork) = output.fork.take() {
+            if self.start_branch(id, fork, fork_constraints) {
+                return;
+            }
+        }
+        self.commit_tokens(id, output, 0);
         if let Some((tokens, acceptance)) = next_draft {
             // Gone if those tokens finished it.
             let _ = self.scheduler.set_draft(id, tokens, acceptance);
@@ -356,20 +371,29 @@ impl EngineLoop {
     }
 
     /// Appends a strategy's tokens to the request's sequence and streams them, ending the
-    /// request where they finish it.
-    fn commit_tokens(&mut self, id: RequestId, out: StrategyOutput) {
+    /// request where they finish it. The first `already_appended` are in the sequence already
+    /// (a kept branch continuation's); they are only streamed.
+    fn commit_tokens(&mut self, id: RequestId, out: StrategyOutput, already_appended: usize) {
         let last = out.tokens.len().saturating_sub(1);
+        let Some(seq) = self.scheduler.get(id) else { return };
+        let (first_output, max_tokens) =
+            (seq.num_output_tokens() - already_appended.min(seq.num_output_tokens()), seq.max_tokens());
         for (i, token) in out.tokens.into_iter().enumerate() {
             let Some(state) = self.requests.get_mut(&id) else { return };
             // The grammar has already advanced over this step's tokens: it may be complete
             // only after the last of them (a fast-forwarded run ends the output).
             let grammar_complete = i == last && state.constraint.as_ref().is_some_and(Constraint::is_finished);
-            let appended = match self.scheduler.append_token(id, token.token_id) {
-                Ok(appended) => appended,
-                Err(e) => {
-                    let message = format!("scheduler rejected token: {e}");
-                    self.finish_request(id, FinishReason::Error, Some(message));
-                    return;
+            let appended = if i < already_appended {
+                let num_output_tokens = first_output + i + 1;
+                Appended { num_output_tokens, reached_max_tokens: num_output_tokens >= max_tokens }
+            } else {
+                match self.scheduler.append_token(id, token.token_id) {
+                    Ok(appended) => appended,
+                    Err(e) => {
+                        let message = format!("scheduler rejected token: {e}");
+                        self.finish_request(id, FinishReason::Error, Some(message));
+                        return;
+                    }
                 }
             };
             let guided = token.metrics.as_ref().and_then(|m| m.guided);
@@ -400,6 +424,9 @@ impl EngineLoop {
     /// Ends a request whatever its state: frees its blocks (the scheduler drops its block
     /// table) and, in `RequestState::finish`, its in-flight slot, then sends the final event.
     fn finish_request(&mut self, id: RequestId, reason: FinishReason, error: Option<String>) {
+        // A branch continuation's failure is its request's (a failed forward fails them all).
+        let id = self.branch_owners.get(&id).copied().unwrap_or(id);
+        self.abandon_branch(id);
         let counts = self.scheduler.get(id).map(SequenceCounts::of).unwrap_or_default();
         if let (Some(index), Some(seq), FinishReason::Stop | FinishReason::Length) =
             (self.suffix.as_mut(), self.scheduler.get(id), reason)

@@ -75,7 +75,7 @@ pub fn verify(
         }
     }
     let num_accepted = tokens.len() - 1;
-    Ok(Verdict { output: StrategyOutput { tokens, next_scratch_rows: 0 }, num_accepted })
+    Ok(Verdict { output: StrategyOutput { tokens, next_scratch_rows: 0, fork: None }, num_accepted })
 }
 
 #[cfg(test)]

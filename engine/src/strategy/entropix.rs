@@ -116,10 +116,12 @@ impl SequenceStrategy for EntropixStrategy {
             attention: input.attn_metrics,
             branch: Some(decision.branch.as_str().to_string()),
             guided: None,
+            fork: None,
         });
         Ok(StrategyOutput {
             tokens: vec![GeneratedToken { token_id: decision.token_id, logprob, metrics }],
             next_scratch_rows: 0,
+            fork: None,
         })
     }
 

@@ -2,6 +2,7 @@
 //! engine loop asks it which extra rows its sequence adds to the next forward, which rows
 //! need logits, and what to do with them. Plain, entropix, MTI and WeDLM differ only here.
 
+mod branch;
 mod entropix;
 mod error;
 mod mti;
@@ -14,11 +15,12 @@ use entrobatch_sampler::{SamplingParams, TokenMask};
 use serde::{Deserialize, Serialize};
 
 use crate::event::GeneratedToken;
+pub use branch::{BranchConfig, BranchOutcome, BranchStrategy, ForkPoint, MAX_BRANCH_K, MAX_BRANCH_LOOKAHEAD};
 pub use entrobatch_sampler::entropix::EntropixConfig;
 pub use entropix::{find_pause_token, EntropixStrategy, PAUSE_TOKEN_TEXTS};
 pub use error::StrategyError;
 pub use mti::{MtiConfig, MtiStrategy, TriggerStats};
-pub use plain::PlainStrategy;
+pub use plain::{logit_metrics, PlainStrategy};
 pub use wedlm::WedlmStrategy;
 pub use wedlm_config::{unsupported_sampling, WedlmConfig, WEDLM_DEFAULT_TEMPERATURE};
 
@@ -34,6 +36,8 @@ pub enum Decoding {
     Mti(MtiConfig),
     /// WeDLM streaming parallel decoding of mask windows (needs a WeDLM checkpoint).
     Wedlm(WedlmConfig),
+    /// Entropy-triggered branching: try a few continuations where the model is unsure, keep one.
+    Branch(BranchConfig),
 }
 
 impl Decoding {
@@ -44,6 +48,7 @@ impl Decoding {
             Self::Entropix(_) => "entropix",
             Self::Mti(_) => "mti",
             Self::Wedlm(_) => "wedlm",
+            Self::Branch(_) => "branch",
         }
     }
 }
@@ -92,6 +97,9 @@ pub struct StrategyOutput {
     pub tokens: Vec<GeneratedToken>,
     /// Scratch rows to schedule for this sequence next step.
     pub next_scratch_rows: usize,
+    /// Continuations to try before the next token is decided (`BranchStrategy`); the engine
+    /// keeps `tokens` when it has no room to branch.
+    pub fork: Option<ForkPoint>,
 }
 
 pub trait SequenceStrategy: Send {
@@ -135,6 +143,9 @@ pub trait SequenceStrategy: Send {
         0
     }
 
+    /// How a branch point this strategy named went (`StrategyOutput::fork`).
+    fn on_branch(&mut self, _outcome: BranchOutcome) {}
+
     /// Strategy statistics for the request's final report (e.g. MTI trigger rate).
     fn summary(&self) -> Option<serde_json::Value> {
         None
@@ -168,6 +179,7 @@ pub fn build_strategy(
         Decoding::Plain => Ok(Box::new(PlainStrategy)),
         Decoding::Entropix(config) => Ok(Box::new(EntropixStrategy::new(config.clone(), ctx)?)),
         Decoding::Mti(config) => Ok(Box::new(MtiStrategy::build(config, ctx.tokenizer)?)),
+        Decoding::Branch(config) => Ok(Box::new(BranchStrategy::new(config.clone())?)),
         Decoding::Wedlm(config) => {
             let mask = ctx.mask_token_id.ok_or(StrategyError::NoMaskToken { strategy: "wedlm" })?;
             let metrics = ctx.metrics.clone();

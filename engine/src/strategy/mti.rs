@@ -224,7 +224,7 @@ impl SequenceStrategy for MtiStrategy {
             (true, None) => {
                 let PendingGuidance { cond, entropy, varentropy } = pending;
                 self.pending = Some(PendingGuidance { cond: Cow::Owned(cond.into_owned()), entropy, varentropy });
-                return Ok(StrategyOutput { tokens: Vec::new(), next_scratch_rows: l });
+                return Ok(StrategyOutput { tokens: Vec::new(), next_scratch_rows: l, fork: None });
             }
             (true, Some(uncond)) => sample_plain(&input, &cfg_blend(&pending.cond, uncond, self.scale))?,
             (false, _) => sample_plain(&input, &pending.cond)?,
@@ -242,6 +242,7 @@ impl SequenceStrategy for MtiStrategy {
         Ok(StrategyOutput {
             tokens: vec![GeneratedToken { token_id, logprob, metrics: Some(metrics) }],
             next_scratch_rows: if self.fuse_next { l } else { 0 },
+            fork: None,
         })
     }
 

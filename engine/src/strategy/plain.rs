@@ -20,6 +20,7 @@ impl SequenceStrategy for PlainStrategy {
                 metrics: input.return_metrics.then(|| logit_metrics(logits)),
             }],
             next_scratch_rows: 0,
+            fork: None,
         })
     }
 }

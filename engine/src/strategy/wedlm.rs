@@ -148,12 +148,12 @@ impl SequenceStrategy for WedlmStrategy {
                 ));
             }
             self.window = Some(vec![None; len]);
-            return Ok(StrategyOutput { tokens: Vec::new(), next_scratch_rows: len });
+            return Ok(StrategyOutput { tokens: Vec::new(), next_scratch_rows: len, fork: None });
         };
         let Some(layout) = layout.filter(|l| !l.mask_slots.is_empty()) else {
             let len = window.len();
             self.window = Some(window);
-            return Ok(StrategyOutput { tokens: Vec::new(), next_scratch_rows: len });
+            return Ok(StrategyOutput { tokens: Vec::new(), next_scratch_rows: len, fork: None });
         };
         if input.logits.len() != layout.mask_slots.len() {
             return Err(StrategyError::internal(
@@ -200,7 +200,7 @@ impl SequenceStrategy for WedlmStrategy {
         }
         let next_scratch_rows = window.len();
         self.window = Some(window);
-        Ok(StrategyOutput { tokens, next_scratch_rows })
+        Ok(StrategyOutput { tokens, next_scratch_rows, fork: None })
     }
 
     /// The uncommitted window is lost; the sequence resumes from its committed tokens with a

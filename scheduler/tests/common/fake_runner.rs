@@ -23,6 +23,10 @@ pub enum Kind {
     /// Reserves `window` lookahead slots, runs the window as scratch rows, and commits
     /// several tokens at once; without a granted window it commits none and asks again.
     Wedlm { window: usize },
+    /// Entropy branching: now and then forks a child (given a token of its own at once, as
+    /// the engine gives each its candidate); a child is later adopted back into its parent,
+    /// which then appends the token its winner held back.
+    Branch,
 }
 
 /// How a request left the scheduler; every request must end up with one.
@@ -32,6 +36,8 @@ pub enum Outcome {
     Aborted,
     /// Refused at `add`, with the scheduler's reason.
     Rejected(String),
+    /// A branch child whose tokens and blocks its parent took over.
+    Adopted,
 }
 
 pub struct Driver {
@@ -39,12 +45,14 @@ pub struct Driver {
     pub kinds: HashMap<SeqId, Kind>,
     pub outcomes: HashMap<SeqId, Outcome>,
     pub next_id: SeqId,
+    /// Branch children still live, and the parent each forked from.
+    pub parents: HashMap<SeqId, SeqId>,
     tick: u32,
 }
 
 impl Driver {
     pub fn new(s: Scheduler) -> Self {
-        Self { s, kinds: HashMap::new(), outcomes: HashMap::new(), next_id: 0, tick: 0 }
+        Self { s, kinds: HashMap::new(), outcomes: HashMap::new(), next_id: 0, parents: HashMap::new(), tick: 0 }
     }
 
     /// Live sequences, in a stable order.
@@ -145,8 +153,11 @@ impl Driver {
                 }
             }
         }
+        if self.branch(id, kind) {
+            return;
+        }
         let (tokens, next_rows) = match kind {
-            Kind::Plain | Kind::Entropix | Kind::Speculative { .. } => (1, 0),
+            Kind::Plain | Kind::Entropix | Kind::Speculative { .. } | Kind::Branch => (1, 0),
             // A granted window commits 1..=window tokens and asks for the next window.
             Kind::Wedlm { window } if row.scratch_rows > 0 => (1 + self.tick as usize % window, window),
             Kind::Wedlm { window } => (0, window),
@@ -171,6 +182,36 @@ impl Driver {
                 self.finish(id, FinishReason::Error);
             }
         }
+    }
+
+    /// A branching parent forks every third tick (the child takes its own first token); a
+    /// child is adopted back every fourth, and its parent appends the held-back token. True
+    /// when `id` is gone.
+    fn branch(&mut self, id: SeqId, kind: Kind) -> bool {
+        if let Some(&parent) = self.parents.get(&id) {
+            if self.tick.is_multiple_of(4) && self.s.get(parent).is_some() {
+                self.s.adopt(parent, id).expect("adopt a live child");
+                self.parents.remove(&id);
+                self.outcomes.insert(id, Outcome::Adopted);
+                self.append(parent, self.tick % 5, u32::MAX);
+                return true;
+            }
+            return false;
+        }
+        if matches!(kind, Kind::Branch) && self.tick.is_multiple_of(3) {
+            let child = self.next_id;
+            if self.s.fork(id, child).is_ok() {
+                self.next_id += 1;
+                self.kinds.insert(child, Kind::Plain);
+                self.parents.insert(child, id);
+                let bs = self.s.config().block_size;
+                let (p, c) = (self.s.get(id).expect("live"), self.s.get(child).expect("forked"));
+                let full = p.num_computed_tokens() / bs;
+                assert_eq!(p.block_table_ids(0)[..full], c.block_table_ids(0)[..full], "full blocks shared");
+                self.append(child, 4 - self.tick % 5, u32::MAX);
+            }
+        }
+        false
     }
 
     /// Appends a token like the engine; true when it ended the request.
@@ -228,7 +269,14 @@ pub fn check_ownership(s: &Scheduler) {
         let held_by = holders.get(&b).map_or(&[][..], Vec::as_slice);
         assert_eq!(block.ref_count(), held_by.len(), "block {b}: ref count vs tables {held_by:?}");
         if held_by.len() > 1 {
-            assert!(block.hash().is_some(), "block {b} owned by {held_by:?} but not shared through the cache");
+            // Shared through the prefix cache or by a fork: full of the same computed tokens.
+            let (first, index) = held_by[0];
+            let tokens = |id: SeqId| s.get(id).map(|seq| seq.token_ids().get(index * bs..(index + 1) * bs));
+            for &(id, i) in held_by {
+                let seq = s.get(id).expect("live");
+                assert!(i == index && seq.num_computed_tokens() >= (i + 1) * bs, "block {b} shared while not full");
+                assert_eq!(tokens(id), tokens(first), "block {b} shared by {held_by:?} with other tokens");
+            }
         }
         if block.hash().is_some() {
             for &(id, index) in held_by {

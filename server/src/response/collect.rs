@@ -24,6 +24,7 @@ pub async fn collect_choices<F>(
         let first_copy = index % n.max(1) == 0;
         let (prompt, cached) = if first_copy { (output.prompt_token_ids.len(), output.cached_tokens) } else { (0, 0) };
         usage.add(prompt, cached, output.token_ids.len());
+        usage.add_branch_tokens(output.strategy_stats.as_ref());
     }
     Ok((outputs, usage))
 }

@@ -42,6 +42,16 @@ pub struct Usage {
     pub completion_tokens: usize,
     pub total_tokens: usize,
     pub prompt_tokens_details: PromptTokensDetails,
+    /// Present when decoding cost more than the completion: branch continuations not kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+/// Tokens decoded beyond those in the completion (they are not counted in `completion_tokens`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CompletionTokensDetails {
+    /// Decoded by the continuations a branching request tried and did not keep.
+    pub branch_tokens: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -57,6 +67,15 @@ impl Usage {
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
             prompt_tokens_details: PromptTokensDetails { cached_tokens },
+            completion_tokens_details: None,
+        }
+    }
+
+    /// Adds a choice's discarded branch tokens, read from its `strategy_stats`.
+    pub fn add_branch_tokens(&mut self, strategy_stats: Option<&serde_json::Value>) {
+        let tokens = strategy_stats.and_then(|s| s.get("branch_extra_tokens")).and_then(|v| v.as_u64()).unwrap_or(0);
+        if tokens > 0 {
+            self.completion_tokens_details.get_or_insert_with(Default::default).branch_tokens += tokens as usize;
         }
     }
 

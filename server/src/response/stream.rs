@@ -124,6 +124,7 @@ impl<F: StreamFormat> SseState<F> {
                     completion_tokens,
                     error,
                     schema_errors,
+                    strategy_stats,
                     ..
                 }) => {
                     choice.finished = true;
@@ -139,6 +140,7 @@ impl<F: StreamFormat> SseState<F> {
                         if first_copy { cached_tokens } else { 0 },
                         completion_tokens,
                     );
+                    self.usage.add_branch_tokens(strategy_stats.as_ref());
                     let mut chunks = Self::indexed(choice.format.on_finish(reason, schema_errors), index);
                     if self.choices.iter().all(|c| c.finished) {
                         self.done = true;
