@@ -112,6 +112,20 @@ fn kept_continuations_are_greedy_from_their_candidate_and_plain_requests_are_unt
 }
 
 #[test]
+fn a_branch_whose_candidates_all_end_at_once_settles_without_a_forward() {
+    // A one-token lookahead ends every continuation with its candidate: the branch settles as
+    // it starts, and the request (alone in the engine) goes on.
+    let engine = start(256, 8);
+    let decoding =
+        Decoding::Branch(BranchConfig { k: 3, entropy_threshold: 0.0, lookahead: 1, ..BranchConfig::default() });
+    let out = engine.generate(vec![Prompt::Text(PROMPTS[0].to_string())], &params(decoding, 12)).expect("generate");
+    assert_eq!((out[0].token_ids.len(), out[0].error.as_deref()), (12, None));
+    let stats = out[0].strategy_stats.as_ref().expect("stats");
+    assert_eq!(stats["branch_points"], 8, "{stats}");
+    assert_eq!(stats["branch_extra_tokens"], 16, "two other one-token continuations per point");
+}
+
+#[test]
 fn no_spare_slot_means_plain_decoding_and_an_abort_mid_branch_frees_everything() {
     // One sequence slot: no room to fork, so the output is plain greedy's.
     let engine = start(256, 1);

@@ -70,7 +70,17 @@ impl EngineLoop {
             self.branch_owners.insert(child, id);
         }
         state.branch = Some(branch);
+        // Every candidate may end the branch at once (a one-token lookahead, line ends): then
+        // no continuation has a row to compute, and only settling now keeps the request going.
+        self.settle_if_done(id);
         true
+    }
+
+    /// Settles request `id`'s branch if every continuation has ended.
+    pub(super) fn settle_if_done(&mut self, id: RequestId) {
+        if self.requests.get(&id).and_then(|s| s.branch.as_ref()).is_some_and(ActiveBranch::is_settled) {
+            self.settle_branch(id);
+        }
     }
 
     /// Draws the next token of every decoding continuation that has a row in this forward,
@@ -104,9 +114,7 @@ impl EngineLoop {
             for seq_id in dropped.into_iter().filter(|&s| s != id) {
                 self.drop_continuation(seq_id);
             }
-            if self.requests.get(&id).and_then(|s| s.branch.as_ref()).is_some_and(ActiveBranch::is_settled) {
-                self.settle_branch(id);
-            }
+            self.settle_if_done(id);
         }
     }
 
@@ -123,6 +131,7 @@ impl EngineLoop {
         {
             path.end = Some(PathEnd::Dropped);
         }
+        self.settle_if_done(owner);
     }
 
     /// Ends request `id`'s branch with nothing kept: its continuations' sequences go.
