@@ -20,11 +20,15 @@ use crate::structured::Constraint;
 
 /// Branch continuations' sequence ids start here, far above any request id.
 pub(super) const FIRST_BRANCH_SEQ_ID: SeqId = 1 << 62;
+/// How much slower branch continuations may make a step than it would be without them: the
+/// requests beside a branching one keep at least 1 / 1.2 of their pace.
+const BRANCH_STEP_SLACK: f64 = 0.2;
 
 impl EngineLoop {
     /// Starts a branch for request `id` at `fork`: its own sequence takes the plain draw and a
     /// child forked from it takes each other candidate, as many as the scheduler has spare room
-    /// for. False, with nothing changed, when there is no room: the caller commits the draw.
+    /// for (`Scheduler::fork_capacity`: free slots, and rows that slow a step by at most
+    /// `BRANCH_STEP_SLACK`). False, with nothing changed, when there is no room: the caller commits the draw.
     pub(super) fn start_branch(&mut self, id: RequestId, fork: ForkPoint, constraints: Vec<Constraint>) -> bool {
         let Some(state) = self.requests.get_mut(&id) else { return false };
         let (Decoding::Branch(config), Some(seq)) = (&state.params.decoding, self.scheduler.get(id)) else {
@@ -35,7 +39,8 @@ impl EngineLoop {
         let room = seq.max_tokens().saturating_sub(seq.num_output_tokens());
         let wanted = if room < 2 { 0 } else { fork.candidates.len() - 1 };
         let mut children = Vec::new();
-        for _ in 0..self.scheduler.spare_seq_slots().min(wanted) {
+        let capacity = self.scheduler.fork_capacity(id, self.branch_owners.len(), BRANCH_STEP_SLACK);
+        for _ in 0..capacity.min(wanted) {
             let child = self.next_branch_seq_id;
             let copies = match self.scheduler.fork(id, child) {
                 Ok(copies) => copies,
