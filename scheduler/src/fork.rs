@@ -18,26 +18,6 @@ impl Scheduler {
         self.config.max_num_seqs.saturating_sub(self.running.len())
     }
 
-    /// Continuations a fork of `parent` may add now: spare sequence slots and, once the step
-    /// cost is fitted, only as many more decode rows (each at `parent`'s context) as keep a
-    /// step within `1 + slack` times its cost without the `branch_rows` already running for
-    /// branches. At a small batch a step's cost is mostly its weights and branches come nearly
-    /// free; at a full one they would slow every stream, so they wait.
-    pub fn fork_capacity(&self, parent: SeqId, branch_rows: usize, slack: f64) -> usize {
-        let slots = self.spare_seq_slots();
-        let (Some(model), Some(p)) = (self.step_cost.model(), self.sequences.get(&parent)) else {
-            return slots;
-        };
-        let row = model.chunk_seconds(p.num_tokens(), 1);
-        if row <= 0.0 {
-            return slots;
-        }
-        let now = model.seconds(self.decode_work());
-        let without_branches = now - branch_rows as f64 * row;
-        let rows = ((1.0 + slack) * without_branches - now) / row;
-        slots.min(rows.floor().max(0.0) as usize)
-    }
-
     /// Starts `child` as a copy of `parent`, which must be running with every token computed
     /// (between steps, after its last token's logits were used). The child is the latest
     /// arrival, so it is the first preempted. Returns the block copies the model runner must

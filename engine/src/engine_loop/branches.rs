@@ -8,27 +8,25 @@ use std::collections::HashMap;
 use entrobatch_model_runner::{ForwardOutput, Tokenizer};
 use entrobatch_sampler::{sample_row, SampleInput, TokenScore};
 use entrobatch_scheduler::{Scheduler, SeqId};
+use rayon::prelude::*;
 
 use super::EngineLoop;
 use crate::batch_builder::SpanResult;
 use crate::branching::{ActiveBranch, BranchPath, PathEnd, PathLimits};
 use crate::event::{FinishReason, GeneratedToken, RequestId, TokenLogprob};
 use crate::logits_check::check_logits_finite;
+use crate::request::GenerationParams;
 use crate::request_state::RequestState;
 use crate::strategy::{logit_metrics, BranchOutcome, Decoding, ForkPoint, StrategyOutput};
 use crate::structured::Constraint;
 
 /// Branch continuations' sequence ids start here, far above any request id.
 pub(super) const FIRST_BRANCH_SEQ_ID: SeqId = 1 << 62;
-/// How much slower branch continuations may make a step than it would be without them: the
-/// requests beside a branching one keep at least 1 / 1.2 of their pace.
-const BRANCH_STEP_SLACK: f64 = 0.2;
 
 impl EngineLoop {
     /// Starts a branch for request `id` at `fork`: its own sequence takes the plain draw and a
     /// child forked from it takes each other candidate, as many as the scheduler has spare room
-    /// for (`Scheduler::fork_capacity`: free slots, and rows that slow a step by at most
-    /// `BRANCH_STEP_SLACK`). False, with nothing changed, when there is no room: the caller commits the draw.
+    /// for (`Scheduler::spare_seq_slots`: free slots while nobody waits). False, with nothing changed, when there is no room: the caller commits the draw.
     pub(super) fn start_branch(&mut self, id: RequestId, fork: ForkPoint, constraints: Vec<Constraint>) -> bool {
         let Some(state) = self.requests.get_mut(&id) else { return false };
         let (Decoding::Branch(config), Some(seq)) = (&state.params.decoding, self.scheduler.get(id)) else {
@@ -39,8 +37,7 @@ impl EngineLoop {
         let room = seq.max_tokens().saturating_sub(seq.num_output_tokens());
         let wanted = if room < 2 { 0 } else { fork.candidates.len() - 1 };
         let mut children = Vec::new();
-        let capacity = self.scheduler.fork_capacity(id, self.branch_owners.len(), BRANCH_STEP_SLACK);
-        for _ in 0..capacity.min(wanted) {
+        for _ in 0..self.scheduler.spare_seq_slots().min(wanted) {
             let child = self.next_branch_seq_id;
             let copies = match self.scheduler.fork(id, child) {
                 Ok(copies) => copies,
@@ -88,27 +85,39 @@ impl EngineLoop {
         }
     }
 
-    /// Draws the next token of every decoding continuation that has a row in this forward,
-    /// then settles the branches whose continuations have all ended.
+    /// Draws the next token of every decoding continuation that has a row in this forward (in
+    /// parallel across requests, as the strategies' draws are), then advances them in turn and
+    /// settles the branches whose continuations have all ended.
     pub(super) fn run_branches(&mut self, output: &ForwardOutput, spans: &[SpanResult]) {
         let rows: HashMap<SeqId, usize> =
             spans.iter().filter_map(|s| s.logits_indices.last().map(|&row| (s.seq_id, row))).collect();
-        let branching: Vec<RequestId> =
-            self.requests.iter().filter(|(_, s)| s.branch.is_some()).map(|(&id, _)| id).collect();
-        for id in branching {
+        let scheduler = &self.scheduler;
+        let mut branching: Vec<(RequestId, &mut RequestState)> =
+            self.requests.iter_mut().filter(|(_, s)| s.branch.is_some()).map(|(&id, s)| (id, s)).collect();
+        let drawn: Vec<(RequestId, Vec<Drawn>)> = branching
+            .par_iter_mut()
+            .map(|(id, state)| {
+                let RequestState { branch, params, seed, .. } = &mut **state;
+                let mut drawn = Vec::new();
+                for (i, path) in branch.iter_mut().flat_map(|b| b.paths.iter_mut()).enumerate() {
+                    let Some(&row) = rows.get(&path.seq_id).filter(|_| path.is_decoding()) else { continue };
+                    drawn.push((i, draw(path, output.row(row), params, *seed, scheduler)));
+                }
+                (*id, drawn)
+            })
+            .collect();
+        for (id, drawn) in drawn {
             let Some(state) = self.requests.get_mut(&id) else { continue };
             let Some(mut branch) = state.branch.take() else { continue };
             let mut dropped = Vec::new();
-            for i in 0..branch.paths.len() {
-                let seq_id = branch.paths[i].seq_id;
-                let Some(&row) = rows.get(&seq_id).filter(|_| branch.paths[i].is_decoding()) else { continue };
-                let logits = output.row(row);
-                match draw(&mut branch.paths[i], logits, state, &self.scheduler) {
+            for (i, result) in drawn {
+                match result {
                     Ok((token, score)) => {
                         let (path, limits) = (&mut branch.paths[i], branch.limits);
                         advance(path, token, score, limits, state, &mut self.scheduler, &self.tokenizer);
                     }
                     Err(e) => {
+                        let seq_id = branch.paths[i].seq_id;
                         tracing::warn!(request = id, seq = seq_id, error = %e, "branch continuation dropped");
                         branch.paths[i].end = Some(PathEnd::Dropped);
                         dropped.push(seq_id);
@@ -185,11 +194,15 @@ impl EngineLoop {
     }
 }
 
+/// A continuation's index in its branch and its draw (or why it failed).
+type Drawn = (usize, Result<(GeneratedToken, TokenScore), String>);
+
 /// The continuation's next token under its own grammar, with what the scorer reads of it.
 fn draw(
     path: &mut BranchPath,
     logits: &[f32],
-    state: &RequestState,
+    params: &GenerationParams,
+    seed: u64,
     scheduler: &Scheduler,
 ) -> Result<(GeneratedToken, TokenScore), String> {
     check_logits_finite(&[logits])?;
@@ -200,10 +213,10 @@ fn draw(
     };
     let out = sample_row(&SampleInput {
         logits,
-        params: &state.params.sampling,
+        params: &params.sampling,
         prompt_token_ids: &seq.token_ids()[..seq.num_prompt_tokens()],
         output_token_ids: seq.output_token_ids(),
-        seed: state.seed,
+        seed,
         step: seq.num_output_tokens() as u64,
         mask,
     })
@@ -214,7 +227,7 @@ fn draw(
     let score = TokenScore::of(logits, out.token_id);
     let logprob =
         out.logprob.map(|logprob| TokenLogprob { token_id: out.token_id, logprob, top_logprobs: out.top_logprobs });
-    let metrics = state.params.return_metrics.then(|| logit_metrics(logits));
+    let metrics = params.return_metrics.then(|| logit_metrics(logits));
     Ok((GeneratedToken { token_id: out.token_id, logprob, metrics }, score))
 }
 
