@@ -34,7 +34,7 @@ fn cli_writes_json_table_and_svg() {
     assert_eq!(report["strategies"][1]["paired"]["baseline"], "plain");
     assert!(report["strategies"][0]["first_token_accuracy"].is_number(), "MMLU reads the first token's logprobs");
     let svg = std::fs::read_to_string(json.with_extension("svg")).expect("svg");
-    assert!(svg.contains("<svg") && svg.contains("mti:tau=0:w=2") && svg.contains("output tokens/s"));
+    assert!(svg.contains("<svg") && svg.contains("mti:tau=0:w=2") && svg.contains("tokens decoded per item"));
     let bad = Command::new(env!("CARGO_BIN_EXE_entrobatch"))
         .args(["eval", "--task", "mmlu", "--strategies", "greedy"])
         .arg("--model")

@@ -1,6 +1,6 @@
 //! `entrobatch eval`: accuracy and speed per decoding strategy on HumanEval, GSM-Symbolic
 //! or an MMLU subset (data from `scripts/fetch-eval-data`). Prints a Markdown table;
-//! `--json` keeps every graded item, `--plot` draws accuracy and tokens/s per strategy.
+//! `--json` keeps every graded item, `--plot` draws accuracy against tokens decoded per item.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,7 +42,7 @@ pub struct EvalArgs {
     /// Write the Markdown table to a file too.
     #[arg(long)]
     pub markdown: Option<PathBuf>,
-    /// SVG bar chart of accuracy and tokens/s per strategy [default: the --json path with .svg].
+    /// SVG of accuracy against tokens decoded per item, per strategy [default: the --json path with .svg].
     #[arg(long)]
     pub plot: Option<PathBuf>,
     /// Output budget per item [default: humaneval 256, gsm-symbolic 256, mmlu 8].

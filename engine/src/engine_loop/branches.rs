@@ -25,8 +25,9 @@ pub(super) const FIRST_BRANCH_SEQ_ID: SeqId = 1 << 62;
 
 impl EngineLoop {
     /// Starts a branch for request `id` at `fork`: its own sequence takes the plain draw and a
-    /// child forked from it takes each other candidate, as many as the scheduler has spare room
-    /// for (`Scheduler::spare_seq_slots`: free slots while nobody waits). False, with nothing changed, when there is no room: the caller commits the draw.
+    /// child forked from it takes each other candidate, as many as the scheduler has spare
+    /// slots for (`Scheduler::spare_seq_slots`: none while a request waits). False, with nothing
+    /// changed, when there is no room: the caller commits the draw.
     pub(super) fn start_branch(&mut self, id: RequestId, fork: ForkPoint, constraints: Vec<Constraint>) -> bool {
         let Some(state) = self.requests.get_mut(&id) else { return false };
         let (Decoding::Branch(config), Some(seq)) = (&state.params.decoding, self.scheduler.get(id)) else {
