@@ -104,9 +104,8 @@ fn float(key: &str, value: &str) -> Result<f32> {
 /// Options overwrite fields of the default config through its serde form, so every field
 /// is reachable without listing them here; unknown fields are errors, not silently ignored.
 fn entropix(options: &[(&str, &str)]) -> Result<EntropixConfig> {
-    let renamed: Vec<(&str, &str)> =
-        options.iter().map(|&(k, v)| (if k == "samples" { "n_adaptive_samples" } else { k }, v)).collect();
-    let cfg: EntropixConfig = overwrite_fields("entropix", EntropixConfig::default(), &renamed)?;
+    let cfg: EntropixConfig =
+        overwrite_fields("entropix", EntropixConfig::default(), options, ("samples", "n_adaptive_samples"))?;
     cfg.validate()?;
     Ok(cfg)
 }
@@ -114,20 +113,24 @@ fn entropix(options: &[(&str, &str)]) -> Result<EntropixConfig> {
 /// `branch[:k=K][:tau=BITS][:varentropy_threshold=V][:lookahead=L][:scorer=margin]...`: any
 /// `BranchConfig` field; `tau` is `entropy_threshold`.
 fn branch(options: &[(&str, &str)]) -> Result<BranchConfig> {
-    let renamed: Vec<(&str, &str)> =
-        options.iter().map(|&(k, v)| (if k == "tau" { "entropy_threshold" } else { k }, v)).collect();
-    let cfg: BranchConfig = overwrite_fields("branch", BranchConfig::default(), &renamed)?;
+    let cfg: BranchConfig = overwrite_fields("branch", BranchConfig::default(), options, ("tau", "entropy_threshold"))?;
     cfg.validate()?;
     Ok(cfg)
 }
 
-/// `default` with each `key=value` written over the field of that name in its serde form:
-/// named choices stay strings (serde checks them), counts and optional ids parse as integers,
-/// switches as booleans, the rest as numbers.
-fn overwrite_fields<T: Serialize + DeserializeOwned>(name: &str, default: T, options: &[(&str, &str)]) -> Result<T> {
+/// `default` with each `key=value` written over the field of that name in its serde form
+/// (`alias`: a short key and the field it names): named choices stay strings (serde checks
+/// them), counts and optional ids parse as integers, switches as booleans, the rest as numbers.
+fn overwrite_fields<T: Serialize + DeserializeOwned>(
+    name: &str,
+    default: T,
+    options: &[(&str, &str)],
+    alias: (&str, &str),
+) -> Result<T> {
     let mut json = serde_json::to_value(default)?;
     let Some(fields) = json.as_object_mut() else { bail!("{name} config is not an object") };
     for &(key, value) in options {
+        let key = if key == alias.0 { alias.1 } else { key };
         let Some(slot) = fields.get_mut(key) else { bail!("{name} has no option '{key}'") };
         *slot = if slot.is_string() {
             Value::from(value)

@@ -90,6 +90,10 @@ impl EngineLoop {
     /// parallel across requests, as the strategies' draws are), then advances them in turn and
     /// settles the branches whose continuations have all ended.
     pub(super) fn run_branches(&mut self, output: &ForwardOutput, spans: &[SpanResult]) {
+        // Most steps have no branch: build nothing for them.
+        if self.requests.values().all(|s| s.branch.is_none()) {
+            return;
+        }
         let rows: HashMap<SeqId, usize> =
             spans.iter().filter_map(|s| s.logits_indices.last().map(|&row| (s.seq_id, row))).collect();
         let scheduler = &self.scheduler;
