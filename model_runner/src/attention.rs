@@ -2,13 +2,15 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use crate::attention_q8::{self, Q8Kernel};
-use crate::attention_simd::{self as simd, KvElem};
+use crate::attention_f16;
+use crate::attention_kernel::KvKernel;
+use crate::attention_q8;
+use crate::attention_simd as simd;
 use crate::batch::SeqSpan;
 use crate::error::{ModelError, Result};
 use crate::kv_cache::LayerKv;
 use crate::metrics::{attention_metrics_padded, AttnMetrics};
-use crate::softmax::softmax_in_place;
+use crate::softmax::softmax_rows;
 
 /// Shapes shared by every row of one layer's attention.
 #[derive(Clone, Copy, Debug)]
@@ -56,12 +58,12 @@ pub fn paged_attention(
     spans: &[SeqSpan],
     collect_metrics: bool,
 ) -> Result<(Vec<f32>, Vec<Option<AttnMetrics>>)> {
-    paged_attention_with(Q8Kernel::detect(), shape, q, step, cache, spans, collect_metrics)
+    paged_attention_with(KvKernel::detect(), shape, q, step, cache, spans, collect_metrics)
 }
 
-/// `paged_attention` with the 8-bit cache's kernel chosen (tests compare them).
+/// `paged_attention` with the f16 and 8-bit caches' kernel chosen (tests compare them).
 pub fn paged_attention_with(
-    q8_kernel: Q8Kernel,
+    kv_kernel: KvKernel,
     shape: AttentionShape,
     q: &[f32],
     step: &LayerKv,
@@ -74,10 +76,10 @@ pub fn paged_attention_with(
             attend_all(shape, q, spans, collect_metrics, |task| attend_row(shape, (&s.k, &s.v), (&c.k, &c.v), task))
         }
         (LayerKv::F16(s), LayerKv::F16(c)) => {
-            attend_all(shape, q, spans, collect_metrics, |task| attend_row(shape, (&s.k, &s.v), (&c.k, &c.v), task))
+            attend_all(shape, q, spans, collect_metrics, |task| attention_f16::attend_row(kv_kernel, shape, s, c, task))
         }
         (LayerKv::Q8(s), LayerKv::Q8(c)) => {
-            attend_all(shape, q, spans, collect_metrics, |task| attention_q8::attend_row(q8_kernel, shape, s, c, task))
+            attend_all(shape, q, spans, collect_metrics, |task| attention_q8::attend_row(kv_kernel, shape, s, c, task))
         }
         (s, c) => {
             return Err(ModelError::KvCache(format!("{:?} step rows against a {:?} cache", s.dtype(), c.dtype())))
@@ -86,7 +88,7 @@ pub fn paged_attention_with(
 }
 
 /// Step K/V and cached K/V, each as (K, V).
-type KvPair<'a, T> = (&'a [T], &'a [T]);
+type KvPair<'a> = (&'a [f32], &'a [f32]);
 
 /// One task of `attend_all`: heads `heads` of query row `row` (of `span`) into `out_heads`
 /// (those heads' `head_dim` values each); `want_metrics` needs `heads` to be all of them.
@@ -162,13 +164,8 @@ fn attend_all(
     (out, per_span)
 }
 
-/// One task over an f32 or f16 cache.
-fn attend_row<T: KvElem>(
-    shape: AttentionShape,
-    step: KvPair<'_, T>,
-    cache: KvPair<'_, T>,
-    task: RowTask<'_>,
-) -> Option<AttnMetrics> {
+/// One task over an f32 cache.
+fn attend_row(shape: AttentionShape, step: KvPair<'_>, cache: KvPair<'_>, task: RowTask<'_>) -> Option<AttnMetrics> {
     let RowTask { q_row, span, row, heads, out_heads, want_metrics } = task;
     let AttentionShape { num_heads, num_kv_heads, head_dim, block_size, scale, kv_group, .. } = shape;
     let block_table = &span.block_tables[kv_group];
@@ -179,7 +176,7 @@ fn attend_row<T: KvElem>(
 
     // The K and V rows of each attended key j: in the cache through the block table, or, for
     // this step's own rows, in the step's K/V (resolved once, not per head).
-    let rows: Vec<KvPair<'_, T>> = keys
+    let rows: Vec<KvPair<'_>> = keys
         .map(|j| {
             let ((k, v), off) = if j < span.context_len {
                 let slot = block_table[j / block_size] as usize * block_size + j % block_size;
@@ -205,7 +202,7 @@ fn attend_row<T: KvElem>(
             // lane's score depends on its own key alone, so the real keys' scores are the
             // same bits as in a full block (and as the scalar `dot`'s).
             let n = (num_keys - j0).min(8);
-            let keys: [&[T]; 8] = std::array::from_fn(|j| rows[j0 + j.min(n - 1)].0);
+            let keys: [&[f32]; 8] = std::array::from_fn(|j| rows[j0 + j.min(n - 1)].0);
             for h in heads.clone() {
                 let q = &q_row[h * head_dim..(h + 1) * head_dim];
                 let mut out = [0f32; 8];
@@ -218,19 +215,15 @@ fn attend_row<T: KvElem>(
             j0 += n;
         }
     }
-    let mut k = vec![0f32; if j0 < num_keys { head_dim } else { 0 }];
     for (j, &(k_row, _)) in rows.iter().enumerate().skip(j0) {
         for h in heads.clone() {
-            let g = h / group;
-            k.iter_mut().zip(&k_row[g * head_dim..]).for_each(|(d, s)| *d = s.to_f32());
-            scores[(h - h0) * num_keys + j] = dot(&q_row[h * head_dim..(h + 1) * head_dim], &k) * scale;
+            let k = &k_row[h / group * head_dim..(h / group + 1) * head_dim];
+            scores[(h - h0) * num_keys + j] = dot(&q_row[h * head_dim..(h + 1) * head_dim], k) * scale;
         }
     }
     let metrics = (want_metrics && heads.len() == num_heads)
         .then(|| attention_metrics_padded(&scores, num_heads, num_keys, span.attn_pad_to));
-    for probs in scores.chunks_exact_mut(num_keys) {
-        softmax_in_place(probs);
-    }
+    softmax_rows(&mut scores, num_keys);
     for h in heads.clone() {
         let at = h / group * head_dim;
         let probs = &scores[(h - h0) * num_keys..(h - h0 + 1) * num_keys];
@@ -272,16 +265,15 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 /// `out = sum_j probs[j] * value(j)`, one fma per key in key order (the operations of
 /// `simd::weighted_sum`, which serves every head size that is a multiple of 8).
-fn weighted_sum<'a, T: KvElem>(probs: &[f32], value: impl Fn(usize) -> &'a [T], out: &mut [f32]) {
+fn weighted_sum<'a>(probs: &[f32], value: impl Fn(usize) -> &'a [f32], out: &mut [f32]) {
     for (d, o) in out.iter_mut().enumerate() {
-        *o = probs.iter().enumerate().fold(0.0, |acc, (j, &p)| p.mul_add(value(j)[d].to_f32(), acc));
+        *o = probs.iter().enumerate().fold(0.0, |acc, (j, &p)| p.mul_add(value(j)[d], acc));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use half::f16;
 
     /// A key's score is the same bits whether it falls in a block of 8 (the vector path) or
     /// in the tail (the scalar `dot`), so a row's scores do not depend on its key count.
@@ -290,8 +282,7 @@ mod tests {
     }
 
     /// A key's score is the same bits whether it falls in a block of 8 (the vector path) or
-    /// in the tail (the scalar `dot`), so a row's scores do not depend on its key count; the
-    /// same for f16 keys.
+    /// in the tail (the scalar `dot`), so a row's scores do not depend on its key count.
     #[test]
     fn blocked_scores_match_the_scalar_dot() {
         if !simd::available() {
@@ -300,7 +291,6 @@ mod tests {
         let (head_dim, at) = (64, 64);
         let q: Vec<f32> = (0..head_dim).map(|i| value(i + 7)).collect();
         let keys: Vec<Vec<f32>> = (0..8).map(|j| (0..2 * head_dim).map(|i| value(1000 * j + i)).collect()).collect();
-        let halves: Vec<Vec<f16>> = keys.iter().map(|k| k.iter().map(|&x| f16::from_f32(x)).collect()).collect();
         let mut out = [0f32; 8];
         let rows: [&[f32]; 8] = std::array::from_fn(|j| keys[j].as_slice());
         // SAFETY: `available()` checked above; every key row holds `at + head_dim` values.
@@ -308,16 +298,9 @@ mod tests {
         for j in 0..8 {
             assert_eq!(out[j].to_bits(), (dot(&q, &keys[j][at..]) * 0.125).to_bits(), "key {j}");
         }
-        let rows: [&[f16]; 8] = std::array::from_fn(|j| halves[j].as_slice());
-        // SAFETY: as above.
-        unsafe { simd::dot8(&q, &rows, at, 0.125, &mut out) };
-        for j in 0..8 {
-            let k: Vec<f32> = halves[j][at..].iter().map(|v| v.to_f32()).collect();
-            assert_eq!(out[j].to_bits(), (dot(&q, &k) * 0.125).to_bits(), "f16 key {j}");
-        }
     }
 
-    /// The vector weighted sum is the scalar one bit for bit, for f32 and f16 values.
+    /// The vector weighted sum is the scalar one bit for bit.
     #[test]
     fn vector_weighted_sum_matches_the_scalar_one() {
         if !simd::available() {
@@ -326,15 +309,10 @@ mod tests {
         let (keys, width) = (37, 72);
         let probs: Vec<f32> = (0..keys).map(|j| value(j + 3).abs() / keys as f32).collect();
         let values: Vec<Vec<f32>> = (0..keys).map(|j| (0..width).map(|d| value(500 * j + d)).collect()).collect();
-        let halves: Vec<Vec<f16>> = values.iter().map(|v| v.iter().map(|&x| f16::from_f32(x)).collect()).collect();
         let (mut scalar, mut vector) = (vec![0f32; width], vec![0f32; width]);
         weighted_sum(&probs, |j| values[j].as_slice(), &mut scalar);
         // SAFETY: `available()` checked; every value row holds `width` (a multiple of 8) values.
         unsafe { simd::weighted_sum(&probs, |j| values[j].as_ptr(), &mut vector) };
-        assert_eq!(scalar, vector);
-        weighted_sum(&probs, |j| halves[j].as_slice(), &mut scalar);
-        // SAFETY: as above.
-        unsafe { simd::weighted_sum(&probs, |j| halves[j].as_ptr(), &mut vector) };
         assert_eq!(scalar, vector);
     }
 }

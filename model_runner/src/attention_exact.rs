@@ -45,11 +45,11 @@ pub fn exact_attention(
         let block_table = &span.block_tables[kv_group];
         for j in first_read..ctx {
             let slot = block_table[j / block_size] as usize * block_size + j % block_size;
-            let (k, v) = cache.read(slot * kv_row_len, kv_row_len);
+            let (k, v) = cache.read(slot, 1, kv_row_len);
             k_rows.extend(k);
             v_rows.extend(v);
         }
-        let (k, v) = step.read(span.query_start * kv_row_len, q_len * kv_row_len);
+        let (k, v) = step.read(span.query_start, q_len, kv_row_len);
         k_rows.extend(k);
         v_rows.extend(v);
         let to_heads = |rows: Vec<f32>| -> Result<Tensor> {

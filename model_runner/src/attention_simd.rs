@@ -1,54 +1,18 @@
-//! AVX2 paths of the fused attention kernel, generic over how the KV cache stores a value
-//! (`f32`, or `f16` converted 8 at a time by F16C): the scores of 8 keys at once (their 8
-//! lane accumulators reduced together by `hadd`s, one key's sum per lane instead of a
-//! horizontal sum per key), the softmax's exp 8 scores at a time, and the probability-weighted
-//! sum of value rows. Each performs, lane for lane, the operations of the scalar code in
+//! AVX2 paths of the f32 cache's attention kernel: the scores of 8 keys at once (their 8 lane
+//! accumulators reduced together by `hadd`s, one key's sum per lane instead of a horizontal sum
+//! per key), the softmax's exp 8 (or 16) scores at a time, and the probability-weighted sum of
+//! value rows. Each performs, lane for lane, the operations of the scalar code in
 //! `attention.rs`, so a result does not depend on which path computed it.
 
-use half::f16;
-
-/// A value type the KV cache can hold.
-pub trait KvElem: Copy + Send + Sync + 'static {
-    fn to_f32(self) -> f32;
-    /// Eight values from `p` as f32.
-    ///
-    /// # Safety
-    ///
-    /// The CPU must support AVX2 and F16C, and `p` must point at 8 readable values.
+/// AVX-512F beside `available()`: the softmax's exp 16 values at a time.
+pub(crate) fn available_512() -> bool {
     #[cfg(target_arch = "x86_64")]
-    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
-}
-
-impl KvElem for f32 {
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        self
+    {
+        available() && is_x86_feature_detected!("avx512f")
     }
-    /// # Safety
-    ///
-    /// See [`KvElem::load8`].
-    #[cfg(target_arch = "x86_64")]
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
-        std::arch::x86_64::_mm256_loadu_ps(p)
-    }
-}
-
-impl KvElem for f16 {
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        f16::to_f32(self)
-    }
-    /// # Safety
-    ///
-    /// See [`KvElem::load8`].
-    #[cfg(target_arch = "x86_64")]
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256 {
-        use std::arch::x86_64::*;
-        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }
 
@@ -84,7 +48,6 @@ pub(crate) use imp::*;
 mod imp {
     use std::arch::x86_64::*;
 
-    use super::KvElem;
     use crate::softmax::{EXP_MIN_ARG, EXP_POLY, LN2_HI, LN2_LO, LOG2E};
 
     /// `out[j] = dot(q, keys[j][at..at + q.len()]) * scale` with `attention::dot`'s lanes and
@@ -95,12 +58,12 @@ mod imp {
     /// Caller guarantees `available()`, `q.len() % 8 == 0`, `keys[j].len() >= at + q.len()`
     /// for every `j`, and `out.len() >= 8`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) unsafe fn dot8<T: KvElem>(q: &[f32], keys: &[&[T]; 8], at: usize, scale: f32, out: &mut [f32]) {
+    pub(crate) unsafe fn dot8(q: &[f32], keys: &[&[f32]; 8], at: usize, scale: f32, out: &mut [f32]) {
         let mut acc = [_mm256_setzero_ps(); 8];
         for c in (0..q.len()).step_by(8) {
             let qc = _mm256_loadu_ps(q.as_ptr().add(c));
             for j in 0..8 {
-                acc[j] = _mm256_fmadd_ps(qc, T::load8(keys[j].as_ptr().add(at + c)), acc[j]);
+                acc[j] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(keys[j].as_ptr().add(at + c)), acc[j]);
             }
         }
         _mm256_storeu_ps(out.as_mut_ptr(), _mm256_mul_ps(sum_lanes(&acc), _mm256_set1_ps(scale)));
@@ -145,6 +108,30 @@ mod imp {
         _mm256_storeu_ps(x.as_mut_ptr(), _mm256_mul_ps(y, scale));
     }
 
+    /// `exp8_shifted` over 16 values in one 512-bit register: the same operations lane for
+    /// lane.
+    ///
+    /// # Safety
+    ///
+    /// Caller guarantees `available_512()` and `x.len() >= 16`.
+    #[target_feature(enable = "avx2,fma,avx512f")]
+    pub(crate) unsafe fn exp16_shifted(x: &mut [f32], max: f32) {
+        let v = _mm512_sub_ps(_mm512_loadu_ps(x.as_ptr()), _mm512_set1_ps(max));
+        let v = _mm512_max_ps(v, _mm512_set1_ps(EXP_MIN_ARG));
+        let n = _mm512_fmadd_ps(v, _mm512_set1_ps(LOG2E), _mm512_set1_ps(0.5));
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(n);
+        let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_HI), v);
+        let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_LO), r);
+        let mut p = _mm512_set1_ps(EXP_POLY[0]);
+        for &c in &EXP_POLY[1..] {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+        }
+        let y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0));
+        let exponent = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+        let scale = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(exponent));
+        _mm512_storeu_ps(x.as_mut_ptr(), _mm512_mul_ps(y, scale));
+    }
+
     /// `out[d] = sum_j probs[j] * value(j)[d]`, one fma per key in key order from zero (as
     /// `attention::weighted_sum`); each 64-wide chunk of `out` stays in 8 registers over all
     /// keys.
@@ -154,14 +141,14 @@ mod imp {
     /// Caller guarantees `available()`, `out.len() % 8 == 0` and `out.len()` readable values at
     /// `value(j)` for every `j` in `0..probs.len()`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) unsafe fn weighted_sum<T: KvElem>(probs: &[f32], value: impl Fn(usize) -> *const T, out: &mut [f32]) {
+    pub(crate) unsafe fn weighted_sum(probs: &[f32], value: impl Fn(usize) -> *const f32, out: &mut [f32]) {
         let mut d0 = 0;
         while d0 + 64 <= out.len() {
             let mut acc = [_mm256_setzero_ps(); 8];
             for (j, &p) in probs.iter().enumerate() {
                 let (p, v) = (_mm256_set1_ps(p), value(j).add(d0));
                 for (c, a) in acc.iter_mut().enumerate() {
-                    *a = _mm256_fmadd_ps(p, T::load8(v.add(8 * c)), *a);
+                    *a = _mm256_fmadd_ps(p, _mm256_loadu_ps(v.add(8 * c)), *a);
                 }
             }
             for (c, &a) in acc.iter().enumerate() {
@@ -172,7 +159,7 @@ mod imp {
         while d0 + 8 <= out.len() {
             let mut acc = _mm256_setzero_ps();
             for (j, &p) in probs.iter().enumerate() {
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(p), T::load8(value(j).add(d0)), acc);
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(p), _mm256_loadu_ps(value(j).add(d0)), acc);
             }
             _mm256_storeu_ps(out.as_mut_ptr().add(d0), acc);
             d0 += 8;
@@ -183,11 +170,10 @@ mod imp {
 #[cfg(not(target_arch = "x86_64"))]
 mod fallback {
     //! Never called: `available()` is false off x86_64.
-    use super::KvElem;
     /// # Safety
     ///
     /// Same contract as the x86_64 version; this one does nothing.
-    pub(crate) unsafe fn dot8<T: KvElem>(_: &[f32], _: &[&[T]; 8], _: usize, _: f32, _: &mut [f32]) {}
+    pub(crate) unsafe fn dot8(_: &[f32], _: &[&[f32]; 8], _: usize, _: f32, _: &mut [f32]) {}
     /// # Safety
     ///
     /// Same contract as the x86_64 version; this one does nothing.
@@ -195,7 +181,11 @@ mod fallback {
     /// # Safety
     ///
     /// Same contract as the x86_64 version; this one does nothing.
-    pub(crate) unsafe fn weighted_sum<T: KvElem>(_: &[f32], _: impl Fn(usize) -> *const T, _: &mut [f32]) {}
+    pub(crate) unsafe fn exp16_shifted(_: &mut [f32], _: f32) {}
+    /// # Safety
+    ///
+    /// Same contract as the x86_64 version; this one does nothing.
+    pub(crate) unsafe fn weighted_sum(_: &[f32], _: impl Fn(usize) -> *const f32, _: &mut [f32]) {}
 }
 #[cfg(not(target_arch = "x86_64"))]
 pub(crate) use fallback::*;

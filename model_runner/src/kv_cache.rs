@@ -1,10 +1,8 @@
-use half::f16;
-use half::vec::HalfBitsVecExt;
-
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
+use crate::kv_f16::F16Slots;
 use crate::kv_groups::KvGroups;
-use crate::kv_q8::{self, Q8Values};
+use crate::kv_q8::{self, Q8Slots};
 
 /// How the cache stores K and V values (the engine's default depends on the model and the
 /// matmul mode: `EngineConfig::kv_cache_dtype()`).
@@ -58,52 +56,48 @@ pub struct KvCache {
 /// or one step's new rows, converted once so that the cache stores them and attention reads
 /// them without another conversion.
 pub enum LayerKv {
-    F32(KvValues<f32>),
-    F16(KvValues<f16>),
-    Q8(Q8Values),
+    F32(KvValues),
+    F16(F16Slots),
+    Q8(Q8Slots),
 }
 
-pub struct KvValues<T> {
-    pub k: Vec<T>,
-    pub v: Vec<T>,
+pub struct KvValues {
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
 }
 
-impl<T: Copy> KvValues<T> {
-    fn copy_within(&mut self, from: usize, to: usize, len: usize) {
+impl KvValues {
+    fn copy_slots_within(&mut self, from: usize, to: usize, count: usize, row_len: usize) {
+        let (from, to, len) = (from * row_len, to * row_len, count * row_len);
         self.k.copy_within(from..from + len, to);
         self.v.copy_within(from..from + len, to);
     }
 
-    fn copy_from(&mut self, to: usize, src: &KvValues<T>, from: usize, len: usize) {
-        self.k[to..to + len].copy_from_slice(&src.k[from..from + len]);
-        self.v[to..to + len].copy_from_slice(&src.v[from..from + len]);
+    fn copy_slot(&mut self, to: usize, src: &KvValues, from: usize, row_len: usize) {
+        let (to, from) = (to * row_len, from * row_len);
+        self.k[to..to + row_len].copy_from_slice(&src.k[from..from + row_len]);
+        self.v[to..to + row_len].copy_from_slice(&src.v[from..from + row_len]);
     }
 }
 
 impl LayerKv {
-    fn zeros(dtype: KvDtype, head_dim: usize, len: usize) -> Self {
+    fn zeros(dtype: KvDtype, head_dim: usize, row_len: usize, num_slots: usize) -> Self {
+        let len = num_slots * row_len;
         match dtype {
             KvDtype::F32 => LayerKv::F32(KvValues { k: vec![0.0; len], v: vec![0.0; len] }),
-            // Zero bits from the allocator (as `vec![0.0; len]` gets for f32): pages the pool
-            // never uses are never written, where `vec![f16::ZERO; len]` wrote all of them at
-            // start-up.
-            KvDtype::F16 => {
-                LayerKv::F16(KvValues { k: vec![0u16; len].reinterpret_into(), v: vec![0u16; len].reinterpret_into() })
-            }
-            KvDtype::Q8 => LayerKv::Q8(Q8Values::zeros(len, kv_q8::group_size(head_dim))),
+            KvDtype::F16 => LayerKv::F16(F16Slots::zeros(num_slots, row_len, head_dim)),
+            KvDtype::Q8 => LayerKv::Q8(Q8Slots::zeros(num_slots, row_len, head_dim)),
         }
     }
 
-    /// A step's K and V rows (`[rows, kv_heads * head_dim]` f32) in `dtype`. f16 and q8 round
-    /// each value once, here, so a key reads the same from this step as from the cache later.
-    pub fn from_rows(dtype: KvDtype, head_dim: usize, k: Vec<f32>, v: Vec<f32>) -> Self {
+    /// A step's K and V rows (`[rows, row_len]` f32, `row_len` = KV heads x `head_dim`) in
+    /// `dtype`, row `i` in slot `i`. f16 and q8 round each value once, here, so a key reads the
+    /// same from this step as from the cache later.
+    pub fn from_rows(dtype: KvDtype, head_dim: usize, row_len: usize, k: Vec<f32>, v: Vec<f32>) -> Self {
         match dtype {
             KvDtype::F32 => LayerKv::F32(KvValues { k, v }),
-            KvDtype::F16 => {
-                let narrow = |x: &[f32]| x.iter().map(|&x| f16::from_f32(x)).collect();
-                LayerKv::F16(KvValues { k: narrow(&k), v: narrow(&v) })
-            }
-            KvDtype::Q8 => LayerKv::Q8(Q8Values::quantize(&k, &v, kv_q8::group_size(head_dim))),
+            KvDtype::F16 => LayerKv::F16(F16Slots::from_rows(&k, &v, row_len, head_dim)),
+            KvDtype::Q8 => LayerKv::Q8(Q8Slots::quantize(&k, &v, row_len, head_dim)),
         }
     }
 
@@ -115,12 +109,12 @@ impl LayerKv {
         }
     }
 
-    /// Copies `len` values of `src` from `from` to `to` in `self`; both of one dtype.
-    fn copy_from(&mut self, to: usize, src: &LayerKv, from: usize, len: usize) -> Result<()> {
+    /// Copies slot `from` of `src` into slot `to` of `self`; both of one dtype.
+    fn copy_slot(&mut self, to: usize, src: &LayerKv, from: usize, row_len: usize) -> Result<()> {
         match (self, src) {
-            (LayerKv::F32(d), LayerKv::F32(s)) => d.copy_from(to, s, from, len),
-            (LayerKv::F16(d), LayerKv::F16(s)) => d.copy_from(to, s, from, len),
-            (LayerKv::Q8(d), LayerKv::Q8(s)) => d.copy_from(to, s, from, len),
+            (LayerKv::F32(d), LayerKv::F32(s)) => d.copy_slot(to, s, from, row_len),
+            (LayerKv::F16(d), LayerKv::F16(s)) => d.copy_slot(to, s, from),
+            (LayerKv::Q8(d), LayerKv::Q8(s)) => d.copy_slot(to, s, from),
             (d, s) => {
                 return Err(ModelError::KvCache(format!("{:?} rows written to a {:?} cache", s.dtype(), d.dtype())))
             }
@@ -128,24 +122,22 @@ impl LayerKv {
         Ok(())
     }
 
-    /// Copies `len` values from `from` to `to` within this tensor (whole q8 groups).
-    fn copy_within(&mut self, from: usize, to: usize, len: usize) {
+    /// Copies `count` slots from slot `from` on to slot `to` on, within this tensor.
+    fn copy_slots_within(&mut self, from: usize, to: usize, count: usize, row_len: usize) {
         match self {
-            LayerKv::F32(kv) => kv.copy_within(from, to, len),
-            LayerKv::F16(kv) => kv.copy_within(from, to, len),
-            LayerKv::Q8(kv) => kv.copy_within(from, to, len),
+            LayerKv::F32(kv) => kv.copy_slots_within(from, to, count, row_len),
+            LayerKv::F16(kv) => kv.copy_slots_within(from, to, count),
+            LayerKv::Q8(kv) => kv.copy_slots_within(from, to, count),
         }
     }
 
-    /// `len` K and V values from `at`, as f32 (for q8, whole groups: a slot's row is).
-    pub fn read(&self, at: usize, len: usize) -> (Vec<f32>, Vec<f32>) {
+    /// K and V of `count` slots from slot `first` on, as f32 rows of `row_len`.
+    pub fn read(&self, first: usize, count: usize, row_len: usize) -> (Vec<f32>, Vec<f32>) {
+        let (at, len) = (first * row_len, count * row_len);
         match self {
             LayerKv::F32(kv) => (kv.k[at..at + len].to_vec(), kv.v[at..at + len].to_vec()),
-            LayerKv::F16(kv) => {
-                let widen = |d: &[f16]| d.iter().map(|x| x.to_f32()).collect();
-                (widen(&kv.k[at..at + len]), widen(&kv.v[at..at + len]))
-            }
-            LayerKv::Q8(kv) => kv.dequantize(at, len),
+            LayerKv::F16(kv) => kv.read(first, count),
+            LayerKv::Q8(kv) => kv.dequantize(first, count),
         }
     }
 }
@@ -158,10 +150,15 @@ impl KvCache {
             )));
         }
         let row_len = config.num_kv_heads * config.head_dim;
-        let len = num_blocks * block_size * row_len;
-        let groups = KvGroups::for_model(config);
         let head_dim = config.head_dim;
-        let tensors = (0..groups.group_size()).map(|_| LayerKv::zeros(dtype, head_dim, len)).collect();
+        if dtype == KvDtype::Q8 && !head_dim.is_multiple_of(4) {
+            return Err(ModelError::KvCache(format!(
+                "the q8 cache needs a head size that is a multiple of 4 (this model's is {head_dim}); use f16"
+            )));
+        }
+        let groups = KvGroups::for_model(config);
+        let num_slots = num_blocks * block_size;
+        let tensors = (0..groups.group_size()).map(|_| LayerKv::zeros(dtype, head_dim, row_len, num_slots)).collect();
         Ok(Self { tensors, groups, num_blocks, block_size, row_len, head_dim, dtype })
     }
 
@@ -191,7 +188,7 @@ impl KvCache {
 
     /// A step's K and V rows in this cache's dtype (`LayerKv::from_rows`).
     pub fn step_rows(&self, k: Vec<f32>, v: Vec<f32>) -> LayerKv {
-        LayerKv::from_rows(self.dtype, self.head_dim, k, v)
+        LayerKv::from_rows(self.dtype, self.head_dim, self.row_len, k, v)
     }
 
     pub fn num_blocks(&self) -> usize {
@@ -223,7 +220,7 @@ impl KvCache {
         let kv = &mut self.tensors[self.groups.slot_of(layer)];
         for (row, &slot) in slot_mapping.iter().enumerate() {
             if slot >= 0 {
-                kv.copy_from(slot as usize * row_len, step, row * row_len, row_len)?;
+                kv.copy_slot(slot as usize, step, row, row_len)?;
             }
         }
         Ok(())
@@ -232,7 +229,6 @@ impl KvCache {
     /// Copies whole pages `(src, dst)` in every tensor: a forked sequence's copy of its
     /// parent's partial last block, made before the forward that first writes it.
     pub fn copy_blocks(&mut self, copies: &[(usize, usize)]) -> Result<()> {
-        let page = self.block_size * self.row_len;
         for &(src, dst) in copies {
             if src >= self.num_blocks || dst >= self.num_blocks || src == dst {
                 return Err(ModelError::KvCache(format!(
@@ -241,7 +237,7 @@ impl KvCache {
                 )));
             }
             for kv in &mut self.tensors {
-                kv.copy_within(src * page, dst * page, page);
+                kv.copy_slots_within(src * self.block_size, dst * self.block_size, self.block_size, self.row_len);
             }
         }
         Ok(())
@@ -249,6 +245,6 @@ impl KvCache {
 
     /// K and V of one slot in one layer (tests compare committed K/V against a fresh prefill).
     pub fn read_slot(&self, layer: usize, slot: usize) -> (Vec<f32>, Vec<f32>) {
-        self.layer(layer).read(slot * self.row_len, self.row_len)
+        self.layer(layer).read(slot, 1, self.row_len)
     }
 }

@@ -16,6 +16,8 @@
 use half::f16;
 use half::vec::HalfBitsVecExt;
 
+use crate::kv_layout::SLOT_CHUNK;
+
 /// Values per scale where a head's width allows it.
 pub const Q8_GROUP: usize = 32;
 
@@ -28,55 +30,142 @@ pub fn group_size(head_dim: usize) -> usize {
     }
 }
 
-/// K and V rows as int8 with their scales: `k[i]` is worth `k_scales[i / group] * k[i]`.
-pub struct Q8Values {
+/// K and V of a run of slots (a layer's pages, or one step's rows with row `i` in slot `i`) as
+/// int8 with their f16 scales, laid out for `attention_q8`:
+/// - keys are interleaved per chunk of `SLOT_CHUNK` slots: within a chunk and a KV head, the
+///   four values `4i..4i + 4` of the chunk's 16 slots lie side by side (`k_at`), so the integer
+///   dot products of 16 keys with one query come out one key per 32-bit lane of `vpdpbusd`,
+///   with the query's four values broadcast and no horizontal sums;
+/// - values stay one row per slot (`v_at`): the value sum reads a key's row whole, once for
+///   every query head that shares it;
+/// - the scales of both are interleaved per chunk (`scale_at`): 16 slots' scales of one group
+///   are one load.
+///
+/// A page of a block size that is not a multiple of 16 shares a chunk with its neighbours;
+/// slot-wise copies keep that correct.
+pub struct Q8Slots {
     pub k: Vec<i8>,
     pub v: Vec<i8>,
     pub k_scales: Vec<f16>,
     pub v_scales: Vec<f16>,
     /// Values per scale.
     pub group: usize,
+    pub head_dim: usize,
+    /// Values per slot (KV heads x `head_dim`).
+    pub row_len: usize,
 }
 
-impl Q8Values {
-    /// `len` values of zero bits (pages the pool never uses are never touched).
-    pub(crate) fn zeros(len: usize, group: usize) -> Self {
+impl Q8Slots {
+    /// `num_slots` slots of zero bits (pages the pool never uses are never touched). `head_dim`
+    /// must be a multiple of 4 (`KvCache::new` checks).
+    pub(crate) fn zeros(num_slots: usize, row_len: usize, head_dim: usize) -> Self {
+        let group = group_size(head_dim);
+        let len = num_slots.next_multiple_of(SLOT_CHUNK) * row_len;
         let scales = || vec![0u16; len / group].reinterpret_into();
-        Self { k: vec![0; len], v: vec![0; len], k_scales: scales(), v_scales: scales(), group }
+        Self { k: vec![0; len], v: vec![0; len], k_scales: scales(), v_scales: scales(), group, head_dim, row_len }
     }
 
-    /// Quantizes rows of f32 K and V (`len` a multiple of `group`).
-    pub fn quantize(k: &[f32], v: &[f32], group: usize) -> Self {
-        let narrow = |scales: Vec<f32>| scales.into_iter().map(f16::from_f32).collect();
-        let ((k, k_scales), (v, v_scales)) = (quantize_groups(k, group), quantize_groups(v, group));
-        Self { k, v, k_scales: narrow(k_scales), v_scales: narrow(v_scales), group }
+    /// Quantizes rows of f32 K and V (`[rows, row_len]`), row `i` into slot `i`.
+    pub fn quantize(k: &[f32], v: &[f32], row_len: usize, head_dim: usize) -> Self {
+        let rows = k.len() / row_len.max(1);
+        let mut slots = Self::zeros(rows, row_len, head_dim);
+        let group = slots.group;
+        let (kq, k_scales) = quantize_groups(k, group);
+        let (vq, v_scales) = quantize_groups(v, group);
+        let groups_per_row = row_len / group;
+        for slot in 0..rows {
+            for kv_head in 0..row_len / head_dim {
+                for d in 0..head_dim {
+                    let at = slot * row_len + kv_head * head_dim + d;
+                    let to = slots.k_at(slot, kv_head, d);
+                    slots.k[to] = kq[at];
+                }
+            }
+            for c in 0..groups_per_row {
+                let to = slots.scale_at(slot, c);
+                slots.k_scales[to] = f16::from_f32(k_scales[slot * groups_per_row + c]);
+                slots.v_scales[to] = f16::from_f32(v_scales[slot * groups_per_row + c]);
+            }
+        }
+        slots.v[..rows * row_len].copy_from_slice(&vq);
+        slots
     }
 
-    /// Copies `len` values (whole groups) of `src` from `from` to `to`.
-    pub(crate) fn copy_from(&mut self, to: usize, src: &Q8Values, from: usize, len: usize) {
-        let g = self.group;
-        self.k[to..to + len].copy_from_slice(&src.k[from..from + len]);
-        self.v[to..to + len].copy_from_slice(&src.v[from..from + len]);
-        self.k_scales[to / g..(to + len) / g].copy_from_slice(&src.k_scales[from / g..(from + len) / g]);
-        self.v_scales[to / g..(to + len) / g].copy_from_slice(&src.v_scales[from / g..(from + len) / g]);
+    /// Where value `d` of KV head `kv_head` of `slot`'s key is.
+    #[inline]
+    pub fn k_at(&self, slot: usize, kv_head: usize, d: usize) -> usize {
+        let (chunk, t) = (slot / SLOT_CHUNK, slot % SLOT_CHUNK);
+        chunk * SLOT_CHUNK * self.row_len
+            + kv_head * SLOT_CHUNK * self.head_dim
+            + (d / 4) * SLOT_CHUNK * 4
+            + t * 4
+            + d % 4
     }
 
-    /// Copies `len` values (whole groups) from `from` to `to`, with their scales.
-    pub(crate) fn copy_within(&mut self, from: usize, to: usize, len: usize) {
-        let g = self.group;
-        self.k.copy_within(from..from + len, to);
-        self.v.copy_within(from..from + len, to);
-        self.k_scales.copy_within(from / g..(from + len) / g, to / g);
-        self.v_scales.copy_within(from / g..(from + len) / g, to / g);
+    /// Where the scale of group `c` of `slot` (counted over the whole row) is, in `k_scales`
+    /// and in `v_scales`.
+    #[inline]
+    pub fn scale_at(&self, slot: usize, c: usize) -> usize {
+        let (chunk, t) = (slot / SLOT_CHUNK, slot % SLOT_CHUNK);
+        chunk * SLOT_CHUNK * (self.row_len / self.group) + c * SLOT_CHUNK + t
     }
 
-    /// `len` K and V values from `at` (whole groups), as f32.
-    pub fn dequantize(&self, at: usize, len: usize) -> (Vec<f32>, Vec<f32>) {
-        let g = self.group;
-        let widen = |q: &[i8], scales: &[f16]| {
-            q[at..at + len].iter().enumerate().map(|(i, &x)| scales[(at + i) / g].to_f32() * x as f32).collect()
-        };
-        (widen(&self.k, &self.k_scales), widen(&self.v, &self.v_scales))
+    /// Where value `d` of KV head `kv_head` of `slot`'s value row is.
+    #[inline]
+    pub fn v_at(&self, slot: usize, kv_head: usize, d: usize) -> usize {
+        slot * self.row_len + kv_head * self.head_dim + d
+    }
+
+    /// Copies slot `from` of `src` into slot `to`.
+    pub(crate) fn copy_slot(&mut self, to: usize, src: &Q8Slots, from: usize) {
+        for kv_head in 0..self.row_len / self.head_dim {
+            for d in (0..self.head_dim).step_by(4) {
+                let (a, b) = (self.k_at(to, kv_head, d), src.k_at(from, kv_head, d));
+                self.k[a..a + 4].copy_from_slice(&src.k[b..b + 4]);
+            }
+        }
+        let (a, b) = (self.v_at(to, 0, 0), src.v_at(from, 0, 0));
+        self.v[a..a + self.row_len].copy_from_slice(&src.v[b..b + self.row_len]);
+        for c in 0..self.row_len / self.group {
+            let (a, b) = (self.scale_at(to, c), src.scale_at(from, c));
+            self.k_scales[a] = src.k_scales[b];
+            self.v_scales[a] = src.v_scales[b];
+        }
+    }
+
+    /// Copies `count` slots from `from` on to `to` on, within these slots (ranges apart).
+    pub(crate) fn copy_slots_within(&mut self, from: usize, to: usize, count: usize) {
+        for i in 0..count {
+            for kv_head in 0..self.row_len / self.head_dim {
+                for d in (0..self.head_dim).step_by(4) {
+                    let (a, b) = (self.k_at(to + i, kv_head, d), self.k_at(from + i, kv_head, d));
+                    self.k.copy_within(b..b + 4, a);
+                }
+            }
+            let (a, b) = (self.v_at(to + i, 0, 0), self.v_at(from + i, 0, 0));
+            self.v.copy_within(b..b + self.row_len, a);
+            for c in 0..self.row_len / self.group {
+                let (a, b) = (self.scale_at(to + i, c), self.scale_at(from + i, c));
+                self.k_scales[a] = self.k_scales[b];
+                self.v_scales[a] = self.v_scales[b];
+            }
+        }
+    }
+
+    /// K and V of `count` slots from `first` on, as f32 rows.
+    pub fn dequantize(&self, first: usize, count: usize) -> (Vec<f32>, Vec<f32>) {
+        let (mut k, mut v) = (Vec::with_capacity(count * self.row_len), Vec::with_capacity(count * self.row_len));
+        for slot in first..first + count {
+            for kv_head in 0..self.row_len / self.head_dim {
+                for d in 0..self.head_dim {
+                    let c = (kv_head * self.head_dim + d) / self.group;
+                    let scales = self.scale_at(slot, c);
+                    k.push(self.k_scales[scales].to_f32() * self.k[self.k_at(slot, kv_head, d)] as f32);
+                    v.push(self.v_scales[scales].to_f32() * self.v[self.v_at(slot, kv_head, d)] as f32);
+                }
+            }
+        }
+        (k, v)
     }
 }
 
@@ -110,8 +199,8 @@ mod tests {
     #[test]
     fn a_value_comes_back_within_half_a_step_of_its_group() {
         let x: Vec<f32> = (0..96).map(|i| ((i * 37 % 101) as f32 - 50.0) * if i < 32 { 10.0 } else { 0.01 }).collect();
-        let q = Q8Values::quantize(&x, &x, 32);
-        let (k, v) = q.dequantize(0, 96);
+        let q = Q8Slots::quantize(&x, &x, 96, 32);
+        let (k, v) = q.dequantize(0, 1);
         assert_eq!(k, v);
         for (g, (orig, back)) in x.chunks(32).zip(k.chunks(32)).enumerate() {
             let max = orig.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -125,15 +214,43 @@ mod tests {
         assert!((x[40] - k[40]).abs() < 0.01 / 127.0 * 51.0);
     }
 
+    /// Every slot's key values and scales land in places of their own, whatever the chunking.
+    #[test]
+    fn the_interleaved_layout_gives_every_value_its_own_place() {
+        let (row_len, head_dim, slots) = (3 * 64, 64, 40);
+        let q = Q8Slots::zeros(slots, row_len, head_dim);
+        let mut seen = vec![false; q.k.len()];
+        for slot in 0..slots {
+            for kv_head in 0..3 {
+                for d in 0..head_dim {
+                    let at = q.k_at(slot, kv_head, d);
+                    assert!(!seen[at], "slot {slot} head {kv_head} value {d} shares {at}");
+                    seen[at] = true;
+                }
+            }
+        }
+        let mut seen = vec![false; q.k_scales.len()];
+        for slot in 0..slots {
+            for c in 0..row_len / 32 {
+                assert!(!std::mem::replace(&mut seen[q.scale_at(slot, c)], true));
+            }
+        }
+        // 16 slots' scales of one group are contiguous, as are 16 slots' values 4i..4i+4.
+        assert_eq!(q.scale_at(17, 2) + 1, q.scale_at(18, 2));
+        assert_eq!(q.k_at(16, 1, 8) + 4, q.k_at(17, 1, 8));
+    }
+
     #[test]
     fn zeros_stay_zero_and_copies_keep_scales() {
-        let x: Vec<f32> = (0..64).map(|i| i as f32 / 7.0).collect();
-        let src = Q8Values::quantize(&x, &x, 32);
-        let mut dst = Q8Values::zeros(128, 32);
-        assert_eq!(dst.dequantize(0, 128).0, vec![0.0; 128]);
-        dst.copy_from(64, &src, 0, 64);
-        assert_eq!(dst.dequantize(64, 64), src.dequantize(0, 64));
-        assert_eq!(dst.dequantize(0, 64).0, vec![0.0; 64]);
+        let x: Vec<f32> = (0..128).map(|i| i as f32 / 7.0).collect();
+        let src = Q8Slots::quantize(&x, &x, 64, 32);
+        let mut dst = Q8Slots::zeros(40, 64, 32);
+        assert_eq!(dst.dequantize(0, 40).0, vec![0.0; 40 * 64]);
+        dst.copy_slot(17, &src, 1);
+        assert_eq!(dst.dequantize(17, 1), src.dequantize(1, 1));
+        dst.copy_slots_within(16, 33, 2);
+        assert_eq!(dst.dequantize(34, 1), src.dequantize(1, 1));
+        assert_eq!(dst.dequantize(33, 1).0, vec![0.0; 64]);
     }
 
     #[test]

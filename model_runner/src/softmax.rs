@@ -1,12 +1,50 @@
 //! The fused attention's softmax: exp as a polynomial rather than libm's `expf` called per
-//! score (docs/benchmarks/notebook.md, "2026-11-22 19:10 UTC"), 8 scores at a time on AVX2.
+//! score (docs/benchmarks/notebook.md, "2026-11-22 19:10 UTC"), 16 or 8 scores at a time on
+//! AVX-512 or AVX2, and the heads' sums taken side by side.
 
 use crate::attention_simd as simd;
 
-/// Each head's scores in place: `exp(x - max)`, then normalized by their sum in key order.
-pub(crate) fn softmax_in_place(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+/// Each row of `rows` (rows of `row_len` scores, one per head) in place: `exp(x - max)`, then
+/// normalized by its sum taken in key order. The rows' sums run side by side, one add of each
+/// row per key, so the chains overlap instead of each waiting on its own previous add; each
+/// row's sum is still the same sequence of adds, so the result does not depend on the rows
+/// beside it (the f32 cache stays bit-comparable with candle's attention).
+pub(crate) fn softmax_rows(rows: &mut [f32], row_len: usize) {
+    if row_len == 0 {
+        return;
+    }
+    for x in rows.chunks_exact_mut(row_len) {
+        exp_shifted(x, max_of(x));
+    }
+    for block in rows.chunks_mut(SIDE_BY_SIDE * row_len) {
+        let mut sums = [0f32; SIDE_BY_SIDE];
+        let n = block.len() / row_len;
+        for j in 0..row_len {
+            for (r, sum) in sums.iter_mut().enumerate().take(n) {
+                *sum += block[r * row_len + j];
+            }
+        }
+        for (x, sum) in block.chunks_exact_mut(row_len).zip(sums) {
+            let inv = 1.0 / sum;
+            x.iter_mut().for_each(|v| *v *= inv);
+        }
+    }
+}
+
+/// Rows whose sums `softmax_rows` takes together.
+const SIDE_BY_SIDE: usize = 8;
+
+/// `x[j] = exp(x[j] - max)`, 16, then 8 values at a time where the CPU allows (every path the
+/// same operations lane for lane).
+fn exp_shifted(x: &mut [f32], max: f32) {
     let mut j = 0;
+    if simd::available_512() {
+        while let Some(chunk) = x.get_mut(j..j + 16) {
+            // SAFETY: `available_512()` checked; `chunk` holds 16 values.
+            unsafe { simd::exp16_shifted(chunk, max) };
+            j += 16;
+        }
+    }
     if simd::available() {
         while let Some(chunk) = x.get_mut(j..j + 8) {
             // SAFETY: `available()` checked; `chunk` holds 8 values.
@@ -15,12 +53,13 @@ pub(crate) fn softmax_in_place(x: &mut [f32]) {
         }
     }
     x[j..].iter_mut().for_each(|v| *v = exp_nonpositive(*v - max));
-    let mut sum = 0f32;
-    for v in x.iter() {
-        sum += *v;
-    }
-    let inv = 1.0 / sum;
-    x.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// The largest value (exact whatever the order, so taken in eight lanes).
+fn max_of(x: &[f32]) -> f32 {
+    let (chunks, tail) = x.as_chunks::<8>();
+    let lanes = chunks.iter().fold([f32::NEG_INFINITY; 8], |m, c| std::array::from_fn(|l| m[l].max(c[l])));
+    tail.iter().fold(lanes.into_iter().fold(f32::NEG_INFINITY, f32::max), |m, &v| m.max(v))
 }
 
 // Cephes' expf: exp(x) = 2^n * p(r), n = floor(x log2(e) + 1/2), r = x - n ln(2) in two parts.
@@ -48,6 +87,28 @@ pub fn exp_nonpositive(x: f32) -> f32 {
 mod tests {
     use super::*;
 
+    /// Rows side by side give each row the bits of the plain computation: exp in key order,
+    /// the sum added in key order, then the normalization.
+    #[test]
+    fn rows_side_by_side_match_the_plain_softmax() {
+        for (rows, row_len) in [(1, 1), (3, 7), (9, 37), (14, 130), (17, 16)] {
+            let x: Vec<f32> = (0..rows * row_len).map(|i| ((i * 7919) % 1013) as f32 * 0.013 - 6.0).collect();
+            let mut ours = x.clone();
+            softmax_rows(&mut ours, row_len);
+            for (r, row) in x.chunks(row_len).enumerate() {
+                let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let e: Vec<f32> = row.iter().map(|&v| exp_nonpositive(v - max)).collect();
+                let mut sum = 0f32;
+                for v in &e {
+                    sum += v;
+                }
+                let want: Vec<u32> = e.iter().map(|v| (v * (1.0 / sum)).to_bits()).collect();
+                let got: Vec<u32> = ours[r * row_len..(r + 1) * row_len].iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want, "{rows} rows of {row_len}, row {r}");
+            }
+        }
+    }
+
     /// The vector and scalar exp agree bit for bit and stay within 2 ulp of libm's.
     #[test]
     fn exp_matches_libm_and_both_paths_agree() {
@@ -60,8 +121,18 @@ mod tests {
                 unsafe { simd::exp8_shifted(chunk, 0.0) };
             }
         }
+        let mut wide = xs.clone();
+        if simd::available_512() {
+            for chunk in wide.chunks_exact_mut(16) {
+                // SAFETY: AVX-512F checked above; chunks of 16.
+                unsafe { simd::exp16_shifted(chunk, 0.0) };
+            }
+        }
         for (i, &x) in xs.iter().enumerate() {
             let ours = exp_nonpositive(x);
+            if simd::available_512() && i < xs.len() / 16 * 16 {
+                assert_eq!(wide[i].to_bits(), ours.to_bits(), "x = {x} (16 lanes)");
+            }
             if simd::available() && i < xs.len() / 8 * 8 {
                 assert_eq!(vector[i].to_bits(), ours.to_bits(), "x = {x}");
             }

@@ -1,10 +1,12 @@
-//! Attention over the 8-bit KV cache: every kernel this CPU runs gives the scalar kernel's
-//! bits, and the result stays close to attention over the unquantized values computed densely
-//! in f64.
+//! Attention over the 8-bit and f16 KV caches: every kernel this CPU runs gives the scalar
+//! kernel's bits (over the attention shapes of the models we serve, windows, blocks smaller and
+//! larger than the kernels' 16-slot chunks, and a row's heads split over threads), and the
+//! result stays close to attention over the unquantized values computed densely in f64.
 
 use entrobatch_model_runner::attention::{paged_attention_with, AttentionShape};
-use entrobatch_model_runner::attention_q8::Q8Kernel;
+use entrobatch_model_runner::attention_kernel::KvKernel;
 use entrobatch_model_runner::kv_cache::LayerKv;
+use entrobatch_model_runner::kv_layout::SLOT_CHUNK;
 use entrobatch_model_runner::{AttnMetrics, KvDtype, SeqSpan};
 
 /// Qwen2.5-0.5B's attention shape (14 query heads over 2 KV heads of 64).
@@ -61,14 +63,79 @@ fn inputs(rows: usize) -> Inputs {
     }
 }
 
-fn attend(kernel: Q8Kernel, inputs: &Inputs, spans: &[SeqSpan]) -> (Vec<f32>, Vec<Option<AttnMetrics>>) {
-    let q8 = |(k, v): &(Vec<f32>, Vec<f32>)| LayerKv::from_rows(KvDtype::Q8, SHAPE.head_dim, k.clone(), v.clone());
+fn attend(kernel: KvKernel, inputs: &Inputs, spans: &[SeqSpan]) -> (Vec<f32>, Vec<Option<AttnMetrics>>) {
+    let q8 =
+        |(k, v): &(Vec<f32>, Vec<f32>)| LayerKv::from_rows(KvDtype::Q8, SHAPE.head_dim, KV_ROW, k.clone(), v.clone());
     paged_attention_with(kernel, SHAPE, &inputs.q, &q8(&inputs.step), &q8(&inputs.cache), spans, true).unwrap()
 }
 
 /// Spans whose key counts are and are not multiples of the 8-key block, decodes and chunks.
 fn cases() -> Vec<Vec<SeqSpan>> {
-    vec![vec![span(0, 1, 1)], vec![span(0, 1, 100)], vec![span(0, 1, 37), span(1, 5, 60), span(6, 3, 0)]]
+    vec![
+        vec![span(0, 1, 1)],
+        vec![span(0, 1, 100)],
+        vec![span(0, 1, 37), span(1, 5, 60), span(6, 3, 0)],
+        vec![span(0, 19, 41)],
+    ]
+}
+
+/// (query heads, KV heads, head size, block size, window): SmolLM2, Qwen2.5-0.5B, Gemma 3
+/// 270M (one KV head of 256, windowed), eight heads a KV head of 128, and blocks that share or
+/// span the kernels' chunks.
+const SHAPES: [(usize, usize, usize, usize, Option<usize>); 6] = [
+    (9, 3, 64, 16, None),
+    (14, 2, 64, 16, Some(23)),
+    (4, 1, 256, 16, Some(40)),
+    (16, 2, 128, 32, None),
+    (6, 2, 64, 4, None),
+    (6, 2, 64, 24, Some(9)),
+];
+
+/// Every kernel gives the scalar kernel's bits on every shape, for both caches, with a row's
+/// heads split over 8 threads or not.
+#[test]
+fn every_kernel_gives_the_scalar_kernels_bits_on_every_shape() {
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let cases = [KvDtype::Q8, KvDtype::F16].into_iter().flat_map(|dtype| SHAPES.map(|shape| (dtype, shape)));
+    for (dtype, (num_heads, num_kv_heads, head_dim, block_size, window)) in cases {
+        let shape = AttentionShape { num_heads, num_kv_heads, head_dim, block_size, scale: 0.125, window, kv_group: 0 };
+        let (kv_row, q_row) = (num_kv_heads * head_dim, num_heads * head_dim);
+        let table: Vec<u32> = vec![5, 2, 11, 7, 0, 3, 9, 1, 4, 6, 8, 10, 15, 12, 14, 13];
+        let slots = table.len() * block_size;
+        let span = |query_start, query_len, context_len| SeqSpan {
+            query_start,
+            query_len,
+            context_len,
+            block_tables: vec![table.clone()],
+            want_attn_metrics: true,
+            attn_pad_to: None,
+        };
+        let row_cases = [vec![span(0, 1, 3 * block_size + 5)], vec![span(0, 1, 37), span(1, 19, 60), span(20, 3, 0)]];
+        for spans in row_cases {
+            let rows: usize = spans.iter().map(|s| s.query_len).sum();
+            let q8 = |len, seed| {
+                LayerKv::from_rows(dtype, head_dim, kv_row, values(len, seed, kv_row), values(len, seed + 1, kv_row))
+            };
+            let (cache, step) = (q8(slots * kv_row, 1), q8(rows * kv_row, 3));
+            let q = values(rows * q_row, 5, q_row);
+            let run = |kernel, threads| {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                pool.install(|| paged_attention_with(kernel, shape, &q, &step, &cache, &spans, true)).unwrap()
+            };
+            let (scalar, scalar_metrics) = run(KvKernel::Scalar, 1);
+            for kernel in KvKernel::ALL.into_iter().filter(|k| k.supported()) {
+                for threads in [1, 8] {
+                    let (out, metrics) = run(kernel, threads);
+                    let at = format!("{dtype:?}, {kernel:?}, {threads} threads, {shape:?}, {} spans", spans.len());
+                    assert_eq!(bits(&out), bits(&scalar), "{at}");
+                    assert_eq!(metrics, scalar_metrics, "{at}");
+                }
+            }
+        }
+    }
+    assert!(
+        SHAPES.iter().any(|s| s.3 < SLOT_CHUNK) && SHAPES.iter().any(|s| s.3 % SLOT_CHUNK != 0 && s.3 > SLOT_CHUNK)
+    );
 }
 
 #[test]
@@ -76,16 +143,16 @@ fn every_kernel_gives_the_scalar_kernels_bits() {
     for spans in cases() {
         let rows = spans.iter().map(|s| s.query_len).sum();
         let inputs = inputs(rows);
-        let (scalar, scalar_metrics) = attend(Q8Kernel::Scalar, &inputs, &spans);
+        let (scalar, scalar_metrics) = attend(KvKernel::Scalar, &inputs, &spans);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let mut compared = 0;
-        for kernel in Q8Kernel::ALL.into_iter().filter(|k| *k != Q8Kernel::Scalar && k.supported()) {
+        for kernel in KvKernel::ALL.into_iter().filter(|k| *k != KvKernel::Scalar && k.supported()) {
             let (out, metrics) = attend(kernel, &inputs, &spans);
             assert_eq!(bits(&out), bits(&scalar), "{kernel:?}, {} spans", spans.len());
             assert_eq!(metrics, scalar_metrics, "{kernel:?} metrics");
             compared += 1;
         }
-        eprintln!("compared {compared} vector kernels with the scalar one (detected {:?})", Q8Kernel::detect());
+        eprintln!("compared {compared} vector kernels with the scalar one (detected {:?})", KvKernel::detect());
     }
 }
 
@@ -151,7 +218,7 @@ fn q8_attention_is_dense_attention_over_the_stored_values() {
     for spans in cases() {
         let rows = spans.iter().map(|s| s.query_len).sum();
         let inputs = inputs(rows);
-        let (out, _) = attend(Q8Kernel::detect(), &inputs, &spans);
+        let (out, _) = attend(KvKernel::detect(), &inputs, &spans);
         let stored = Inputs {
             q: round_trip(&inputs.q, false),
             cache: (round_trip(&inputs.cache.0, true), round_trip(&inputs.cache.1, true)),
@@ -170,12 +237,13 @@ fn q8_attention_stays_close_to_attention_over_the_unquantized_values() {
     for spans in cases() {
         let rows = spans.iter().map(|s| s.query_len).sum();
         let inputs = inputs(rows);
-        let (out, _) = attend(Q8Kernel::detect(), &inputs, &spans);
+        let (out, _) = attend(KvKernel::detect(), &inputs, &spans);
         let reference: Vec<f64> = spans.iter().flat_map(|s| dense(&inputs, s)).collect();
-        let f16 =
-            |(k, v): &(Vec<f32>, Vec<f32>)| LayerKv::from_rows(KvDtype::F16, SHAPE.head_dim, k.clone(), v.clone());
+        let f16 = |(k, v): &(Vec<f32>, Vec<f32>)| {
+            LayerKv::from_rows(KvDtype::F16, SHAPE.head_dim, KV_ROW, k.clone(), v.clone())
+        };
         let (out_f16, _) = paged_attention_with(
-            Q8Kernel::detect(),
+            KvKernel::detect(),
             SHAPE,
             &inputs.q,
             &f16(&inputs.step),
