@@ -15,10 +15,9 @@ use std::ops::Range;
 use crate::attention::{AttentionShape, RowTask};
 use crate::attention_f16_simd as simd;
 use crate::attention_kernel::KvKernel;
-use crate::attention_runs::{key_runs, Geometry, KeyRun};
+use crate::attention_runs::{key_runs, score_then_sum, Geometry, KeyRun};
 use crate::kv_f16::F16Slots;
-use crate::metrics::{attention_metrics_padded, AttnMetrics};
-use crate::softmax::softmax_rows;
+use crate::metrics::AttnMetrics;
 
 /// One task of `attention::attend_all` over the f16 cache, as `attention::attend_row` does for
 /// the f32 cache (the same keys, the same metrics). `kernel` picks the instructions: scalar, 256-
@@ -38,29 +37,25 @@ pub(crate) fn attend_row(
         Geometry { h0: heads.start, heads_per_kv: num_heads / num_kv_heads, head_dim, group: head_dim, num_keys };
     let q = &q_row[heads.start * head_dim..heads.end * head_dim];
     let vectorized = kernel != KvKernel::Scalar && head_dim.is_multiple_of(32) && kernel.supported();
-    // scores[(h - h0) * num_keys + j]
-    let mut scores = vec![0f32; heads.len() * num_keys];
-    for run in &runs {
+    let metrics = (want_metrics && heads.len() == num_heads).then_some((num_heads, span.attn_pad_to));
+    let score = |run: &KeyRun<'_, _>, scores: &mut [f32]| {
         if vectorized {
             // SAFETY: `supported()` checked; the run's slots and the heads are inside their
             // buffers and `head_dim` is a multiple of 32 (`score_run`'s contract).
-            unsafe { simd::score_run(kernel, &geometry, q, heads.clone(), scale, run, &mut scores) };
+            unsafe { simd::score_run(kernel, &geometry, q, heads.clone(), scale, run, scores) };
         } else {
-            score_run(&geometry, q, heads.clone(), scale, run, &mut scores);
+            score_run(&geometry, q, heads.clone(), scale, run, scores);
         }
-    }
-    let metrics = (want_metrics && heads.len() == num_heads)
-        .then(|| attention_metrics_padded(&scores, num_heads, num_keys, span.attn_pad_to));
-    softmax_rows(&mut scores, num_keys);
-    for run in &runs {
+    };
+    let sum_values = |run: &KeyRun<'_, _>, probs: &[f32]| {
         if vectorized {
             // SAFETY: as above (`value_run`'s contract).
-            unsafe { simd::value_run(kernel, &geometry, &scores, heads.clone(), run, out_heads) };
+            unsafe { simd::value_run(kernel, &geometry, probs, heads.clone(), run, out_heads) };
         } else {
-            value_run(&geometry, &scores, heads.clone(), run, out_heads);
+            value_run(&geometry, probs, heads.clone(), run, out_heads);
         }
-    }
-    metrics
+    };
+    score_then_sum(&runs, heads.len(), num_keys, metrics, score, sum_values)
 }
 
 /// The scores of a run's keys for `heads`, one key at a time.

@@ -19,10 +19,9 @@
 use crate::attention::{AttentionShape, RowTask};
 use crate::attention_kernel::KvKernel;
 use crate::attention_q8_simd as simd;
-use crate::attention_runs::{key_runs, Geometry, KeyRun};
+use crate::attention_runs::{key_runs, score_then_sum, Geometry, KeyRun};
 use crate::kv_q8::{quantize_groups, Q8Slots, Q8_GROUP};
-use crate::metrics::{attention_metrics_padded, AttnMetrics};
-use crate::softmax::softmax_rows;
+use crate::metrics::AttnMetrics;
 
 /// A task's query heads quantized in the cache's groups: values, and per head and group the
 /// scale and the sum of the int8 values (what the VNNI kernels' unsigned offset adds).
@@ -57,29 +56,25 @@ pub(crate) fn attend_row(
     let geometry = Geometry { h0: heads.start, heads_per_kv: num_heads / num_kv_heads, head_dim, group, num_keys };
     let query = Query::new(&q_row[heads.start * head_dim..heads.end * head_dim], group);
     let vectorized = kernel != KvKernel::Scalar && group == Q8_GROUP && kernel.supported();
-    // scores[(h - h0) * num_keys + j]
-    let mut scores = vec![0f32; heads.len() * num_keys];
-    for run in &runs {
+    let metrics = (want_metrics && heads.len() == num_heads).then_some((num_heads, span.attn_pad_to));
+    let score = |run: &KeyRun<'_, _>, scores: &mut [f32]| {
         if vectorized {
             // SAFETY: `supported()` checked; the run's slots and the heads are inside their
             // buffers and groups are 32 values (`score_run`'s contract).
-            unsafe { simd::score_run(kernel, &geometry, &query, heads.clone(), scale, run, &mut scores) };
+            unsafe { simd::score_run(kernel, &geometry, &query, heads.clone(), scale, run, scores) };
         } else {
-            score_run(&geometry, &query, heads.clone(), scale, run, &mut scores);
+            score_run(&geometry, &query, heads.clone(), scale, run, scores);
         }
-    }
-    let metrics = (want_metrics && heads.len() == num_heads)
-        .then(|| attention_metrics_padded(&scores, num_heads, num_keys, span.attn_pad_to));
-    softmax_rows(&mut scores, num_keys);
-    for run in &runs {
+    };
+    let sum_values = |run: &KeyRun<'_, _>, probs: &[f32]| {
         if vectorized {
             // SAFETY: as above (`value_run`'s contract).
-            unsafe { simd::value_run(kernel, &geometry, &scores, heads.clone(), run, out_heads) };
+            unsafe { simd::value_run(kernel, &geometry, probs, heads.clone(), run, out_heads) };
         } else {
-            value_run(&geometry, &scores, heads.clone(), run, out_heads);
+            value_run(&geometry, probs, heads.clone(), run, out_heads);
         }
-    }
-    metrics
+    };
+    score_then_sum(&runs, heads.len(), num_keys, metrics, score, sum_values)
 }
 
 /// The scores of a run's keys for `heads`, one key at a time.

@@ -5,6 +5,8 @@ use std::ops::Range;
 
 use crate::attention::{AttentionShape, RowTask};
 use crate::kv_layout::SLOT_CHUNK;
+use crate::metrics::{attention_metrics_padded, AttnMetrics};
+use crate::softmax::softmax_rows;
 
 /// Keys `key..key + len` of a row's attended keys (counted from the first attended one), held
 /// in consecutive slots `slot..slot + len` of `src`.
@@ -84,4 +86,27 @@ pub(crate) fn lane_mask(lanes: &Range<usize>) -> u16 {
 #[inline(always)]
 pub(crate) fn lane0<S>(row: *const f32, run: &KeyRun<'_, S>, base: usize) -> *const f32 {
     row.wrapping_add(run.key + base).wrapping_sub(run.slot)
+}
+
+/// The order every interleaved-cache kernel follows for a task: score each run into the
+/// task's rows of `num_keys` scores (`scores[(h - h0) * num_keys + j]`), take the attention
+/// metrics when `metrics` gives the head count and padding, softmax, then add each run's values.
+pub(crate) fn score_then_sum<S>(
+    runs: &[KeyRun<'_, S>],
+    num_rows: usize,
+    num_keys: usize,
+    metrics: Option<(usize, Option<usize>)>,
+    mut score: impl FnMut(&KeyRun<'_, S>, &mut [f32]),
+    mut sum_values: impl FnMut(&KeyRun<'_, S>, &[f32]),
+) -> Option<AttnMetrics> {
+    let mut scores = vec![0f32; num_rows * num_keys];
+    for run in runs {
+        score(run, &mut scores);
+    }
+    let metrics = metrics.map(|(num_heads, pad_to)| attention_metrics_padded(&scores, num_heads, num_keys, pad_to));
+    softmax_rows(&mut scores, num_keys);
+    for run in runs {
+        sum_values(run, &scores);
+    }
+    metrics
 }
