@@ -95,14 +95,16 @@ fn time(case: &Case, step: &LayerKv, cache: &LayerKv) -> anyhow::Result<f64> {
 
 fn main() -> anyhow::Result<()> {
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
-    let cases: Vec<(usize, usize)> = std::env::var("BENCH_CASES")
+    let cases = std::env::var("BENCH_CASES")
         .unwrap_or_else(|_| "64x2048,16x2048,1x8192".into())
         .split(',')
-        .filter_map(|c| {
-            let (rows, context) = c.trim().split_once('x')?;
-            Some((rows.parse().ok()?, context.parse().ok()?))
+        .map(|c| {
+            let parsed = c.trim().split_once('x').and_then(|(r, k)| Some((r.parse().ok()?, k.parse().ok()?)));
+            parsed.filter(|&(rows, context): &(usize, usize)| rows > 0 && context > 0).ok_or_else(|| {
+                anyhow::anyhow!("BENCH_CASES entry `{c}` is not ROWSxCONTEXT with both above 0, e.g. 64x2048")
+            })
         })
-        .collect();
+        .collect::<anyhow::Result<Vec<(usize, usize)>>>()?;
     println!(
         "{:<8} {:>5} {:>8} {:>11} {:>11} {:>8} {:>12} {:>12}",
         "model", "rows", "context", "f16 ms", "q8 ms", "f16/q8", "f16 GB/s", "q8 GB/s"
