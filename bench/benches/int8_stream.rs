@@ -2,7 +2,8 @@
 //! packed as the engine packs it, multiplied by one row in the forward's order (q/k/v
 //! together, o, gate/up together, down, per layer, then the lm_head) on a worker of the pool
 //! with the others kept awake (`with_hot_workers`, as `ModelRunner::execute` runs a forward),
-//! and, alternating with it, one parallel read of as many bytes. The ratio of the two times is
+//! and, alternating with it, one parallel read of as many bytes (`machine_limits::ReadBuffer`:
+//! memory mapped as the weights are, two streams per thread). The ratio of the two times is
 //! what a faster kernel could still gain at batch 1; the per-projection lines say where.
 //! Env: BENCH_MODEL (GGUF path, default the README's SmolLM2), BENCH_TOKENS (default 200).
 
@@ -12,7 +13,7 @@ use candle_core::quantized::gguf_file;
 use candle_core::Device;
 use entrobatch::model_runner::hot_workers::with_hot_workers;
 use entrobatch::model_runner::int8_gemm::{matmul_many, PackedWeight};
-use rayon::prelude::*;
+use entrobatch_bench::machine_limits::ReadBuffer;
 
 const KINDS: [&str; 5] = ["q/k/v", "o", "gate/up", "down", "lm_head"];
 
@@ -49,8 +50,7 @@ fn main() -> anyhow::Result<()> {
         .iter()
         .map(|(_, g)| (0..g[0].in_features()).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect())
         .collect();
-    let plain: Vec<u64> = vec![1; bytes / 8];
-    let chunk = plain.len().div_ceil(rayon::current_num_threads());
+    let plain = ReadBuffer::new(bytes)?;
 
     let (mut best_gemm, mut best_read) = (f64::MAX, f64::MAX);
     let mut per_kind = [0.0f64; KINDS.len()];
@@ -67,10 +67,7 @@ fn main() -> anyhow::Result<()> {
             Ok(spent)
         })?;
         let gemm = start.elapsed().as_secs_f64();
-        let start = Instant::now();
-        let sum: u64 = plain.par_chunks(chunk).map(|c| c.iter().fold(0u64, |a, &b| a.wrapping_add(b))).sum();
-        std::hint::black_box(sum);
-        let read = start.elapsed().as_secs_f64();
+        let read = with_hot_workers(|| plain.read_once());
         // The first round pages the buffers in.
         if round > 0 {
             best_gemm = best_gemm.min(gemm);

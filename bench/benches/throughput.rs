@@ -42,6 +42,7 @@ fn main() -> anyhow::Result<()> {
         baseline_requests: env_usize("BENCH_BASELINE_REQUESTS", 8),
         engine: None,
         decoding: decoding_from_env()?,
+        limits: false,
     };
     let report = run(&config, |_| {})?;
     let json = serde_json::to_string_pretty(&report)?;
@@ -63,6 +64,7 @@ fn compare_mti(model: PathBuf) -> anyhow::Result<()> {
         baseline_requests: 0,
         engine: None,
         decoding: entrobatch::Decoding::Plain,
+        limits: false,
     };
     let thresholds: Vec<f32> = std::env::var("BENCH_MTI_THRESHOLDS")
         .unwrap_or_else(|_| "-1,0.5,1.0,2.0,3.0,4.0,inf".into())
@@ -106,6 +108,7 @@ fn compare_entropix(model: PathBuf) -> anyhow::Result<()> {
         baseline_requests: 0,
         engine: None,
         decoding: Decoding::Plain,
+        limits: false,
     };
     // Alternating rounds on a shared machine: plain, entropix, ..., plain.
     let rounds = env_usize("BENCH_ROUNDS", 1).max(1);

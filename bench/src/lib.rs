@@ -2,6 +2,7 @@
 
 pub mod baseline;
 pub mod branch_mix;
+pub mod machine_limits;
 pub mod phase_spans;
 pub mod prefix_cache;
 pub mod strategy_compare;

@@ -5,6 +5,7 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 
+use super::machine_limits::MachineLimits;
 use super::phase_spans::{phase_secs, RequestTimes};
 use entrobatch::{Decoding, Engine, EngineConfig, Event, GenerationParams, Prompt, Request, SamplingParams};
 
@@ -22,6 +23,8 @@ pub struct ThroughputConfig {
     pub engine: Option<EngineConfig>,
     /// How every request decodes (plain, MTI, ...); greedy sampling underneath.
     pub decoding: Decoding,
+    /// Measure the machine's limits before and after the run and report the run against them.
+    pub limits: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -69,6 +72,32 @@ pub struct ThroughputReport {
     /// without drafts.
     pub spec_acceptance_rate: Option<f64>,
     pub spec_tokens_per_forward: Option<f64>,
+    /// The run against this machine's limits; None unless asked for.
+    pub limits: Option<LimitFractions>,
+}
+
+/// Rates of a run as fractions of what this machine can do (`machine_limits`).
+#[derive(Clone, Debug, Serialize)]
+pub struct LimitFractions {
+    /// Bytes one decode row reads: every weight (the lm_head included) plus the KV of the
+    /// mean decode context (`prompt_len + output_len / 2`).
+    pub bytes_per_decode_row: usize,
+    pub weight_bytes: usize,
+    /// A parallel read of `bytes_per_decode_row` bytes, two streams per thread.
+    pub read_gb_per_s: f64,
+    /// Decode tok/s x bytes per row over the read bandwidth: what batch-1 decode is bound by.
+    /// None above one sequence, where a step's reads are shared by its rows.
+    pub bandwidth_fraction: Option<f64>,
+    /// Operations (two per multiply-add) of the int8 projections over the run's wall time:
+    /// every row through the layers, the sampled rows through the lm_head.
+    pub int8_gops: f64,
+    /// The int8 kernel's peak on weights in cache, per format, and weighted as the run's
+    /// operations are.
+    pub int8_peak_by_format: std::collections::BTreeMap<String, f64>,
+    pub int8_peak_gops: f64,
+    pub int8_fraction: f64,
+    /// Share of the projections' multiply-adds the int8 kernel ran (the rest ran in candle).
+    pub int8_share_of_macs: f64,
 }
 
 /// Deterministic prompts of `len` ordinary tokens, distinct per request so the prefix cache
@@ -135,6 +164,7 @@ pub fn run_with_prompts(
         return_metrics: matches!(config.decoding, Decoding::Entropix(_)),
         ..GenerationParams::default()
     };
+    let limits_before = config.limits.then(|| measure_limits(config, engine.info())).transpose()?;
     let start = Instant::now();
     let cpu_start = process_cpu_secs();
     let handles = prompts
@@ -211,6 +241,7 @@ pub fn run_with_prompts(
     let mti_trigger_rate = metrics.mti_trigger_rate();
     let spec_acceptance_rate = metrics.spec_decode.acceptance_rate();
     let spec_tokens_per_forward = metrics.spec_decode.tokens_per_forward();
+    let info = engine.info().clone();
     engine.shutdown(entrobatch::ShutdownMode::Finish);
     let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
     let (prefill_secs, decode_secs) = phase_secs(&times, config.concurrency);
@@ -220,6 +251,16 @@ pub fn run_with_prompts(
         output_tokens_per_s: output_tokens as f64 / wall,
         total_tokens_per_s: (prompt_tokens + output_tokens) as f64 / wall,
         wall_secs: wall,
+    };
+    let limits = match limits_before {
+        Some(before) => {
+            let limits = measure_limits(config, &info)?.best(&before);
+            // Every output token is sampled from a row (a prompt's last, or a fed-back token's);
+            // the other prompt rows only fill the cache.
+            let rows = RowCounts { cache_only: prompt_tokens.saturating_sub(times.len()), sampled: output_tokens };
+            Some(limit_fractions(config, &info, &engine_rates, rows, &limits))
+        }
+        None => None,
     };
     let baseline = (config.baseline_requests > 0)
         .then(|| {
@@ -248,7 +289,62 @@ pub fn run_with_prompts(
         spec_acceptance_rate,
         spec_tokens_per_forward,
         entropix_branches: (!branches.is_empty()).then_some(branches),
+        limits,
     })
+}
+
+/// Rows a run pushed through the projections: all of them through the layers, the sampled ones
+/// also through the lm_head.
+struct RowCounts {
+    cache_only: usize,
+    sampled: usize,
+}
+
+/// Bytes one decode row reads: every weight (the lm_head included) plus the KV of the mean
+/// decode context.
+fn bytes_per_decode_row(config: &ThroughputConfig, info: &entrobatch::EngineInfo) -> usize {
+    let context = config.prompt_len + config.output_len / 2;
+    let kv = entrobatch::model_runner::KvCache::bytes_read_per_row(&info.model_config, info.kv_cache_dtype, context);
+    info.weights.bytes_per_token() + kv
+}
+
+fn measure_limits(config: &ThroughputConfig, info: &entrobatch::EngineInfo) -> Result<MachineLimits> {
+    let formats = info.weights.projections.iter().filter_map(|p| p.int8_format);
+    MachineLimits::measure(bytes_per_decode_row(config, info).max(1 << 20), formats)
+}
+
+fn limit_fractions(
+    config: &ThroughputConfig,
+    info: &entrobatch::EngineInfo,
+    rates: &PhaseRates,
+    rows: RowCounts,
+    limits: &MachineLimits,
+) -> LimitFractions {
+    let weights = &info.weights;
+    let bytes_per_decode_row = bytes_per_decode_row(config, info);
+    // Per format: the run's operations and the time they would take at the kernel's peak.
+    let (mut ops, mut secs_at_peak) = (0f64, 0f64);
+    for &(format, peak) in &limits.int8_peak {
+        let of_format = |p: &entrobatch::model_runner::ProjectionCost| p.int8_format == Some(format);
+        let format_ops = 2.0 * weights.macs(rows.cache_only, rows.sampled, of_format) as f64;
+        ops += format_ops;
+        secs_at_peak += format_ops / peak;
+    }
+    let int8_peak_gops = if secs_at_peak > 0.0 { ops / secs_at_peak / 1e9 } else { 0.0 };
+    let int8_gops = ops / rates.wall_secs.max(1e-9) / 1e9;
+    let all_macs = weights.macs(rows.cache_only, rows.sampled, |_| true) as f64;
+    LimitFractions {
+        bytes_per_decode_row,
+        weight_bytes: weights.bytes_per_token(),
+        read_gb_per_s: limits.read_bytes_per_s / 1e9,
+        bandwidth_fraction: (config.concurrency == 1)
+            .then(|| rates.decode_tokens_per_s * bytes_per_decode_row as f64 / limits.read_bytes_per_s),
+        int8_gops,
+        int8_peak_by_format: limits.int8_peak.iter().map(|(f, p)| (format!("{f:?}"), p / 1e9)).collect(),
+        int8_peak_gops,
+        int8_fraction: if int8_peak_gops > 0.0 { int8_gops / int8_peak_gops } else { 0.0 },
+        int8_share_of_macs: if all_macs > 0.0 { ops / 2.0 / all_macs } else { 0.0 },
+    }
 }
 
 fn baseline_rates(model: &Path, prompts: &[Vec<u32>], output_len: usize) -> Result<PhaseRates> {
@@ -297,6 +393,21 @@ pub fn render_table(r: &ThroughputReport) -> String {
     }
     if let (Some(o), Some(t)) = (r.output_speedup, r.total_speedup) {
         out.push_str(&format!("speedup: output {o:.2}x, total {t:.2}x\n"));
+    }
+    if let Some(l) = &r.limits {
+        out.push_str(&format!(
+            "limits: {:.1} MiB a decode row ({:.1} MiB weights) read at {:.1} GB/s{}\n",
+            l.bytes_per_decode_row as f64 / (1 << 20) as f64,
+            l.weight_bytes as f64 / (1 << 20) as f64,
+            l.read_gb_per_s,
+            l.bandwidth_fraction.map_or(String::new(), |f| format!(": batch-1 decode at {:.0}% of it", 100.0 * f)),
+        ));
+        out.push_str(&format!(
+            "        int8 projections {:.1} Gop/s over the run, kernel peak {:.1}: {:.0}%\n",
+            l.int8_gops,
+            l.int8_peak_gops,
+            100.0 * l.int8_fraction
+        ));
     }
     if let (Some(rate), Some(per_forward)) = (r.spec_acceptance_rate, r.spec_tokens_per_forward) {
         out.push_str(&format!(

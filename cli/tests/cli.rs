@@ -64,3 +64,40 @@ fn a_corrupt_model_file_is_a_clear_error() {
     let first = line.find("truncated.gguf").expect("named");
     assert!(!line[first + 1..].contains("truncated.gguf"), "the message repeats itself: {line}");
 }
+
+/// `bench throughput --limits` reports the run against the machine's read bandwidth and int8
+/// peak; the fractions are the run's own rates over those limits, and the operations are the
+/// tiny model's projections recounted by hand.
+#[test]
+fn bench_throughput_limits_set_the_run_against_the_machine() {
+    use entrobatch::model_runner::testing::TINY_VOCAB_SIZE;
+    let spec = TinyModelSpec::llama();
+    let model = tiny_model(&spec, "cli-limits");
+    let json = std::env::temp_dir().join(format!("entrobatch-limits-{}.json", std::process::id()));
+    let out = entrobatch()
+        .args(["bench", "throughput", "--model"])
+        .arg(&model)
+        .args(["--requests", "2", "--concurrency", "1", "--prompt-len", "8", "--output-len", "8"])
+        .args(["--baseline-requests", "0", "--limits", "--json"])
+        .arg(&json)
+        .output()
+        .expect("run the binary");
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let l = &report["limits"];
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"));
+    assert!(f(&l["read_gb_per_s"]) > 0.0 && f(&l["int8_peak_gops"]) > 0.0, "{l}");
+    assert!(l["int8_peak_by_format"]["Q8_0"].as_f64().is_some(), "{l}");
+    let decode = f(&report["engine"]["decode_tokens_per_s"]);
+    let bandwidth = decode * f(&l["bytes_per_decode_row"]) / (f(&l["read_gb_per_s"]) * 1e9);
+    assert!((f(&l["bandwidth_fraction"]) - bandwidth).abs() <= 1e-9 * bandwidth.max(1.0), "{l}");
+    // Per layer q, o (64 x 64), k, v (32 x 64), gate, up, down (128 x 64); the head 64 x vocab.
+    let body = spec.n_layers * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 128 * 64);
+    let (cache_only, sampled) = (2 * 8 - 2, 2 * 8);
+    let ops = 2.0 * (body * (cache_only + sampled) + 64 * TINY_VOCAB_SIZE * sampled) as f64;
+    let counted = f(&l["int8_gops"]) * 1e9 * f(&report["engine"]["wall_secs"]);
+    assert!((counted - ops).abs() <= 1e-6 * ops, "{counted} operations reported, {ops} run");
+    assert!((f(&l["int8_fraction"]) - f(&l["int8_gops"]) / f(&l["int8_peak_gops"])).abs() < 1e-9, "{l}");
+    assert_eq!(f(&l["int8_share_of_macs"]), 1.0);
+}

@@ -10,6 +10,7 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 use entrobatch_model_runner::{
     load_model, ChatTemplate, KvCache, KvDtype, KvGroups, MatmulMode, ModelConfig, ModelRunner, Tokenizer,
+    WeightFootprint,
 };
 use entrobatch_scheduler::{Scheduler, SchedulerConfig};
 use parking_lot::Mutex;
@@ -42,6 +43,8 @@ pub struct EngineInfo {
     /// The numerics in force: projection kernels and KV cache values.
     pub matmul_mode: MatmulMode,
     pub kv_cache_dtype: KvDtype,
+    /// The projections' bytes and multiply-adds per token, for rates against the machine's limits.
+    pub weights: WeightFootprint,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +87,7 @@ impl Engine {
         let max_model_len = config.max_model_len.unwrap_or(trained_context).min(trained_context);
         model.set_served_context(max_model_len);
         let model_config = model.config().clone();
+        let weights = model.weight_footprint();
         let kv_dtype = config.kv_cache_dtype();
         let kv_groups = KvGroups::for_model(&model_config);
         let num_blocks = match (config.num_blocks, config.kv_cache_tokens) {
@@ -161,6 +165,7 @@ impl Engine {
                 max_num_batched_tokens: config.max_num_batched_tokens,
                 matmul_mode: config.matmul_mode,
                 kv_cache_dtype: kv_dtype,
+                weights,
             },
             next_id: AtomicU64::new(1),
             max_queued_requests: config.max_queued_requests.unwrap_or(usize::MAX),

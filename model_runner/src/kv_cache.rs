@@ -169,13 +169,25 @@ impl KvCache {
 
     /// K and V of one slot of a page (the layers of one group, one position), stored as `dtype`.
     pub fn bytes_per_slot(config: &ModelConfig, dtype: KvDtype) -> usize {
+        2 * KvGroups::for_model(config).group_size() * Self::row_bytes(config, dtype)
+    }
+
+    /// K and V bytes one row of attention reads at position `context - 1`: every layer's keys
+    /// and values in its window.
+    pub fn bytes_read_per_row(config: &ModelConfig, dtype: KvDtype, context: usize) -> usize {
+        let keys: usize =
+            (0..config.num_layers).map(|l| config.layer_window(l).map_or(context, |w| w.min(context))).sum();
+        2 * keys * Self::row_bytes(config, dtype)
+    }
+
+    /// One layer's K (or V) of one position, scales included.
+    fn row_bytes(config: &ModelConfig, dtype: KvDtype) -> usize {
         let values = config.num_kv_heads * config.head_dim;
-        let row_bytes = match dtype {
+        match dtype {
             KvDtype::F32 => 4 * values,
             KvDtype::F16 => 2 * values,
             KvDtype::Q8 => values + 2 * values / kv_q8::group_size(config.head_dim),
-        };
-        2 * KvGroups::for_model(config).group_size() * row_bytes
+        }
     }
 
     pub fn groups(&self) -> &KvGroups {

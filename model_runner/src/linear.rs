@@ -1,7 +1,8 @@
-use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
 use crate::error::{ModelError, Result};
+use crate::footprint::ProjectionCost;
 use crate::int8_gemm::{self, PackedWeight};
 use crate::ops;
 
@@ -55,6 +56,8 @@ pub struct Linear {
     dense_t: Option<Tensor>,
     /// The repacked weight, present in the `Int8` mode for supported formats.
     int8: Option<PackedWeight>,
+    /// The GGUF format `int8` was packed from.
+    int8_format: Option<GgmlDType>,
     bias: Option<Vec<f32>>,
     min_dense_rows: usize,
 }
@@ -73,9 +76,10 @@ impl Linear {
                 (Some(w.t()?.contiguous()?), from)
             }
         };
+        let int8_format = int8.as_ref().map(|_| weight.dtype());
         let quantized = if int8.is_some() { None } else { Some(QMatMul::from_qtensor(weight)?) };
         let bias = bias.as_ref().map(ops::values_of).transpose()?;
-        Ok(Self { quantized, dense_t, int8, bias, min_dense_rows })
+        Ok(Self { quantized, dense_t, int8, int8_format, bias, min_dense_rows })
     }
 
     /// A dense projection from an `[out, in]` weight of any float dtype (Hugging Face
@@ -88,6 +92,7 @@ impl Linear {
             quantized: Some(QMatMul::Tensor(dense_t.t()?)),
             dense_t: Some(dense_t),
             int8: None,
+            int8_format: None,
             bias,
             min_dense_rows: 0,
         })
@@ -138,6 +143,20 @@ impl Linear {
             l.add_bias(y);
         }
         Ok(ys)
+    }
+
+    /// What one row costs this projection: the bytes a one-row step reads (the repacked
+    /// weight, else candle's quantized or dense one) and its multiply-adds.
+    pub fn cost(&self, lm_head: bool) -> ProjectionCost {
+        let (bytes, macs) = match (&self.int8, &self.quantized) {
+            (Some(w), _) => (w.packed_bytes(), w.in_features() * w.out_features()),
+            (None, Some(QMatMul::QTensor(q))) => (q.storage_size_in_bytes(), q.shape().elem_count()),
+            (None, Some(QMatMul::Tensor(t) | QMatMul::TensorF16(t))) => {
+                (t.elem_count() * t.dtype().size_in_bytes(), t.elem_count())
+            }
+            (None, None) => self.dense_t.as_ref().map_or((0, 0), |t| (t.elem_count() * 4, t.elem_count())),
+        };
+        ProjectionCost { int8_format: self.int8_format, lm_head, bytes, macs }
     }
 
     fn add_bias(&self, y: &mut [f32]) {

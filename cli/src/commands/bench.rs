@@ -106,6 +106,10 @@ pub struct ThroughputArgs {
     /// tokens kept and the tokens per verifying forward.
     #[arg(long, value_name = "JSON")]
     pub speculative_config: Option<String>,
+    /// After the run, measure this machine's read bandwidth and int8 kernel peak (a few
+    /// seconds) and report the run as fractions of them.
+    #[arg(long)]
+    pub limits: bool,
 }
 
 pub fn run_bench(command: BenchCommand) -> Result<()> {
@@ -141,6 +145,7 @@ fn throughput(args: ThroughputArgs) -> Result<()> {
                 engine
             }),
             decoding: Default::default(),
+            limits: args.limits,
         };
         let bar = ProgressBar::new(args.requests as u64);
         bar.set_style(

@@ -35,6 +35,7 @@ mod simd_tile;
 pub use activation::{quantize_rows, QuantizedRows};
 pub use pack::{PackedWeight, QuantKind};
 pub(crate) use quant_bytes::release_freed_heap;
+pub use quant_bytes::QuantBytes;
 
 use rayon::prelude::*;
 use thiserror::Error;

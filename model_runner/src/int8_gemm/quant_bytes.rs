@@ -42,8 +42,9 @@ struct OpenSlab {
 
 static OPEN_SLAB: Mutex<Option<OpenSlab>> = Mutex::new(None);
 
-/// Zero-initialized bytes of one packed weight, in a slab.
-pub(crate) struct QuantBytes {
+/// Zero-initialized bytes of one packed weight, in a slab. Public so that a benchmark can read
+/// memory laid out as the weights are (`entrobatch bench throughput --limits`).
+pub struct QuantBytes {
     /// Keeps the mapping alive; `None` for an empty weight.
     _slab: Option<Arc<Slab>>,
     start: NonNull<u8>,
@@ -64,7 +65,7 @@ unsafe impl Sync for QuantBytes {}
 
 impl QuantBytes {
     /// Fails only where the address space is exhausted.
-    pub(crate) fn zeroed(len: usize) -> std::io::Result<Self> {
+    pub fn zeroed(len: usize) -> std::io::Result<Self> {
         if len == 0 {
             return Ok(Self { _slab: None, start: NonNull::dangling(), len });
         }

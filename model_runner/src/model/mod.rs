@@ -5,6 +5,7 @@ use crate::config::Activation;
 use crate::config::ModelConfig;
 use crate::embedding::Embedding;
 use crate::error::{ModelError, Result};
+use crate::footprint::WeightFootprint;
 use crate::kv_cache::KvCache;
 use crate::linear::{AttentionKernel, Linear};
 use crate::metrics::AttnMetrics;
@@ -105,6 +106,12 @@ impl Model {
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// The projections' bytes and multiply-adds per token (`footprint`).
+    pub fn weight_footprint(&self) -> WeightFootprint {
+        let layers = self.layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
+        WeightFootprint::from_costs(layers.map(|p| p.cost(false)).chain([self.lm_head.cost(true)]))
     }
 
     /// The token embedding table (how it is held, and lookups outside a forward).
