@@ -2,6 +2,8 @@
 //! and the order to stop. A leaf of the crate's module graph, so the senders and the loop
 //! both depend on it and never on each other.
 
+use std::time::{Duration, Instant};
+
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::event::{Event, RequestId};
@@ -16,6 +18,9 @@ pub(crate) struct PendingRequest {
     pub(crate) sender: UnboundedSender<Event>,
     /// Held until the request's `Finished` event is sent.
     pub(crate) in_flight: InFlightPermit,
+    pub(crate) submitted_at: Instant,
+    /// What admission expected it to wait before its first step, when it had a TTFT target.
+    pub(crate) estimated_wait: Option<Duration>,
 }
 
 pub(crate) enum Command {

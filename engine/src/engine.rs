@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use entrobatch_model_runner::{
@@ -230,12 +230,22 @@ impl Engine {
     pub fn submit_prepared(&self, prepared: Vec<PreparedRequest>) -> Result<Vec<RequestHandle>> {
         let prompt_lens: Vec<usize> = prepared.iter().map(|r| r.prompt_token_ids.len()).collect();
         let target = prepared.iter().filter_map(|r| r.params.ttft_target_ms).min().map(Duration::from_millis);
+        let submitted_at = Instant::now();
         let unadmitted = (self.in_flight() as usize).saturating_sub(self.gate.num_queued());
-        if let Err(miss) = self.gate.check(&prompt_lens, target, unadmitted) {
-            self.metrics.requests_rejected.fetch_add(prepared.len() as u64, Ordering::Relaxed);
-            self.metrics.requests_refused_ttft.fetch_add(prepared.len() as u64, Ordering::Relaxed);
-            return Err(EngineError::WouldMissTtft(miss));
-        }
+        let estimated_waits = match self.gate.check(&prompt_lens, target, unadmitted) {
+            Ok(waits) => waits,
+            Err(miss) => {
+                self.metrics.requests_rejected.fetch_add(prepared.len() as u64, Ordering::Relaxed);
+                self.metrics.requests_refused_ttft.fetch_add(prepared.len() as u64, Ordering::Relaxed);
+                tracing::debug!(
+                    estimated_wait_ms = miss.estimated_wait.as_millis() as u64,
+                    target_ms = miss.target.as_millis() as u64,
+                    unadmitted,
+                    "refused: would miss its TTFT target"
+                );
+                return Err(EngineError::WouldMissTtft(miss));
+            }
+        };
         let bound = self.max_queued_requests as u64;
         let Some(permits) = InFlightPermit::acquire_many(&self.metrics, prepared.len(), bound) else {
             self.metrics.requests_rejected.fetch_add(prepared.len() as u64, Ordering::Relaxed);
@@ -244,11 +254,11 @@ impl Engine {
         };
         let mut pending = Vec::with_capacity(prepared.len());
         let mut handles = Vec::with_capacity(prepared.len());
-        for (request, in_flight) in prepared.into_iter().zip(permits) {
+        for ((request, in_flight), estimated_wait) in prepared.into_iter().zip(permits).zip(estimated_waits) {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let (sender, events) = tokio::sync::mpsc::unbounded_channel();
             handles.push(RequestHandle::new(id, request.prompt_token_ids.clone(), events, self.commands.clone()));
-            pending.push(PendingRequest { id, request, sender, in_flight });
+            pending.push(PendingRequest { id, request, sender, in_flight, submitted_at, estimated_wait });
         }
         // A batch the loop can no longer take drops here with its permits, freeing their slots.
         if self.commands.send(Command::Submit(pending)).is_err() {

@@ -20,16 +20,17 @@ impl LatencyGate {
 
     /// Checks each prompt of a batch in turn, counting the ones before it and the
     /// `unadmitted` requests submitted since the last publication as queued ahead of it.
-    /// `target` overrides the server's TTFT target for these requests.
+    /// `target` overrides the server's TTFT target for these requests. Returns each admitted
+    /// prompt's estimated wait where there is one.
     pub(crate) fn check(
         &self,
         prompt_lens: &[usize],
         target: Option<Duration>,
         unadmitted: usize,
-    ) -> Result<(), WouldMissTtft> {
+    ) -> Result<Vec<Option<Duration>>, WouldMissTtft> {
         let guard = self.load.lock();
         let Some(load) = guard.as_ref() else {
-            return Ok(());
+            return Ok(vec![None; prompt_lens.len()]);
         };
         let with_target;
         let load = match target {
@@ -39,10 +40,7 @@ impl LatencyGate {
             }
             None => load,
         };
-        for (i, &len) in prompt_lens.iter().enumerate() {
-            load.admit(len, unadmitted + i)?;
-        }
-        Ok(())
+        prompt_lens.iter().enumerate().map(|(i, &len)| load.admit(len, unadmitted + i)).collect()
     }
 
     /// Requests running or waiting at the last publication (what `in_flight` has beyond it

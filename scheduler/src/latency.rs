@@ -26,7 +26,7 @@ pub struct QueueLoad {
     pub ttft_target: Option<Duration>,
     /// Tokens each prefilling sequence (running or waiting) has left to compute, ascending.
     pub prefill_remaining: Vec<usize>,
-    /// The oldest prefilling sequence's remaining tokens: it keeps half of each step's prefill.
+    /// The oldest prefilling sequence's remaining tokens: it keeps half of the step's prefill.
     pub oldest_remaining: usize,
     /// Prefill tokens per step beside the present decodes.
     pub prefill_per_step: usize,
@@ -57,10 +57,12 @@ impl QueueLoad {
     pub fn estimate_wait(&self, prompt_len: usize, unadmitted: usize) -> Option<Duration> {
         let step = self.step?.as_secs_f64();
         let per_step = self.prefill_per_step.max(1);
-        // Shorter prompts go first; an older, longer one keeps half of each step's prefill.
+        // Shorter prompts go first; an older, longer one keeps half of each step's prefill, or
+        // of every other step while a short prompt (two steps' worth) waits (`prefill_order`).
         let ahead: usize =
             self.prefill_remaining.iter().take_while(|&&r| r <= prompt_len).sum::<usize>() + unadmitted * prompt_len;
-        let kept = if self.oldest_remaining > prompt_len { self.oldest_remaining.min(per_step.div_ceil(2)) } else { 0 };
+        let share = if prompt_len <= 2 * per_step { per_step.div_ceil(4) } else { per_step.div_ceil(2) };
+        let kept = if self.oldest_remaining > prompt_len { self.oldest_remaining.min(share) } else { 0 };
         let prefill_steps = ahead.div_ceil((per_step - kept).max(1));
         // A slot frees when a running sequence finishes: the k-th soonest can take no longer
         // than its remaining output, and lately they finished at `finish_rate` a second.
@@ -85,13 +87,15 @@ impl QueueLoad {
         Some(Duration::from_secs_f64(slot_wait + prefill_steps as f64 * step))
     }
 
-    /// Admits a prompt of `prompt_len` tokens unless its estimated wait exceeds the TTFT target.
-    pub fn admit(&self, prompt_len: usize, unadmitted: usize) -> Result<(), WouldMissTtft> {
+    /// Admits a prompt of `prompt_len` tokens unless its estimated wait exceeds the TTFT target;
+    /// an admitted prompt's estimate is returned (`None` without a target or a fit), so what it
+    /// then waited can be set against it.
+    pub fn admit(&self, prompt_len: usize, unadmitted: usize) -> Result<Option<Duration>, WouldMissTtft> {
         let (Some(target), Some(wait)) = (self.ttft_target, self.estimate_wait(prompt_len, unadmitted)) else {
-            return Ok(());
+            return Ok(None);
         };
         if wait <= target {
-            return Ok(());
+            return Ok(Some(wait));
         }
         let retry_after = Duration::from_secs((wait - target).as_secs_f64().ceil().max(1.0) as u64);
         Err(WouldMissTtft { estimated_wait: wait, target, retry_after })
@@ -172,10 +176,10 @@ mod tests {
     #[test]
     fn an_idle_engine_admits_and_a_cold_one_does_not_guess() {
         assert_eq!(load().estimate_wait(30_000, 0), Some(Duration::ZERO));
-        assert!(load().admit(30_000, 0).is_ok());
+        assert_eq!(load().admit(30_000, 0), Ok(Some(Duration::ZERO)));
         let cold = QueueLoad { step: None, prefill_remaining: vec![1_000_000], ..load() };
         assert_eq!(cold.estimate_wait(10, 0), None);
-        assert!(cold.admit(10, 0).is_ok());
+        assert_eq!(cold.admit(10, 0), Ok(None));
     }
 
     #[test]
@@ -183,6 +187,8 @@ mod tests {
         let l = QueueLoad { prefill_remaining: vec![100, 200, 30_000], oldest_remaining: 30_000, ..load() };
         // 300 tokens ahead at 32 a step (the oldest keeps 32): 10 steps.
         assert_eq!(l.estimate_wait(200, 0), Some(ms(1000)));
+        // A short one (two steps' worth) has every other step whole: 48 a step on average.
+        assert_eq!(l.estimate_wait(100, 0), Some(ms(300)));
         // A longer prompt also waits for the 30k one, which then has the whole step.
         assert_eq!(l.estimate_wait(40_000, 0), Some(ms(100 * 30_300u64.div_ceil(64))));
         let refused = l.admit(40_000, 0).unwrap_err();
@@ -198,7 +204,7 @@ mod tests {
         assert_eq!(l.estimate_wait(10, 0), Some(ms(4000)));
         let faster = QueueLoad { finish_rate: Some(3.0), ..l.clone() };
         assert_eq!(faster.estimate_wait(10, 0), Some(ms(1000)));
-        assert!(faster.admit(10, 0).is_ok());
+        assert_eq!(faster.admit(10, 0), Ok(Some(ms(1000))), "an admission carries its estimate");
         assert!(l.admit(10, 0).is_err());
         // Requests submitted since the snapshot count as queued ahead.
         assert!(faster.admit(10, 4).is_err());

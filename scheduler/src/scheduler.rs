@@ -27,6 +27,9 @@ pub struct Scheduler {
     pub(crate) step_cost: StepCost,
     /// What the last `schedule()` handed out, priced when the engine reports its duration.
     pub(crate) last_step_work: StepWork,
+    /// The oldest prefilling sequence, if it sat out the last step for a shorter prompt's first
+    /// token (`prefill_order`); it may not do so twice in a row.
+    pub(crate) prefill_yielded_by: Option<SeqId>,
 }
 
 impl Scheduler {
@@ -44,6 +47,7 @@ impl Scheduler {
             prefix_cache_stats: PrefixCacheStats::default(),
             step_cost: StepCost::default(),
             last_step_work: StepWork::default(),
+            prefill_yielded_by: None,
         })
     }
 
@@ -51,7 +55,7 @@ impl Scheduler {
     /// arrivals when blocks run out); then admission from the waiting queue in its order, unless
     /// something was preempted; then the step's prefill tokens, shortest remaining prefill
     /// first, with at least half of them kept for the oldest prefilling sequence so that a long
-    /// prompt still progresses every step (`prefill_order`). `num_computed_tokens` advances
+    /// prompt still progresses, at least every other step (`prefill_order`). `num_computed_tokens` advances
     /// here, so every output must be executed before the next call.
     pub fn schedule(&mut self) -> SchedulerOutput {
         self.settle_unreported_drafts();

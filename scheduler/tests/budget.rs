@@ -121,20 +121,25 @@ fn recomputation_after_preemption_counts_as_prefill() {
     assert!(!s.has_unfinished(), "all finished");
 }
 
+/// Sequence 2, an 800-token prompt, waiting beside sequence 1 decoding, so prefill is capped at
+/// 16 tokens a step; and the steps the prompt needs alone.
+fn long_prompt_beside_a_decode() -> (Scheduler, usize) {
+    let mut config = config(64, 64, 4, 4096);
+    config.max_prefill_tokens_with_decodes = 16;
+    let mut s = Scheduler::new(config).unwrap();
+    s.add(new_seq(1, 4, 1000)).unwrap();
+    step(&mut s);
+    s.add(new_seq(2, 800, 4)).unwrap();
+    (s, 800usize.div_ceil(16))
+}
+
 /// Issue 44's starvation case: a long prompt is computing when short requests keep arriving.
 /// The short ones pass it (shortest remaining prefill first), yet it keeps half of every
 /// step's prefill tokens, so it still finishes within twice its time alone; once it decodes,
 /// nothing is left behind.
 #[test]
 fn short_prompts_pass_a_long_one_which_still_progresses_every_step() {
-    let mut config = config(64, 64, 4, 4096);
-    config.max_prefill_tokens_with_decodes = 16;
-    let mut s = Scheduler::new(config).unwrap();
-    // One decoding sequence, so prefill is capped at 16 a step.
-    s.add(new_seq(1, 4, 1000)).unwrap();
-    step(&mut s);
-    s.add(new_seq(2, 800, 4)).unwrap();
-    let alone_steps = 800usize.div_ceil(16);
+    let (mut s, alone_steps) = long_prompt_beside_a_decode();
     let mut next_id = 3;
     let mut first_token_step = std::collections::HashMap::new();
     let mut long_done_at = None;
@@ -170,6 +175,47 @@ fn short_prompts_pass_a_long_one_which_still_progresses_every_step() {
             assert!(arrived + 2 >= 4 * alone_steps, "request {id} never started");
         }
     }
+}
+
+/// A short prompt that cannot finish beside the long one's half gets the whole step every
+/// other step, so its first token comes as soon as with no long prompt present; the long one
+/// sits out no two steps in a row and still finishes within about twice its time alone.
+#[test]
+fn a_short_prompt_takes_whole_steps_from_a_long_one_every_other_step() {
+    let (mut s, alone_steps) = long_prompt_beside_a_decode();
+    let (mut next_id, mut arrivals) = (3, std::collections::HashMap::new());
+    let (mut sat_out, mut last_sat_out, mut long_done_at) = (0, false, None);
+    for step_no in 0..4 * alone_steps {
+        // A 20-token request every fourth step: alone it needs two steps (16 + 4); beside the
+        // long prompt's half (8 a step) it would need three.
+        if step_no % 4 == 1 {
+            s.add(new_seq(next_id, 20, 2)).unwrap();
+            arrivals.insert(next_id, step_no);
+            next_id += 1;
+        }
+        let out = step(&mut s);
+        for row in out.scheduled.iter().filter(|r| r.needs_sample) {
+            if let Some(arrived) = arrivals.remove(&row.seq_id) {
+                assert!(
+                    step_no <= arrived + 1,
+                    "request {} arrived at {arrived}, first token at {step_no}",
+                    row.seq_id
+                );
+            }
+        }
+        let Some(long) = s.get(2) else { continue };
+        if long.num_output_tokens() > 0 {
+            long_done_at.get_or_insert(step_no);
+            continue;
+        }
+        let served = out.scheduled.iter().any(|r| r.seq_id == 2);
+        assert!(served || !last_sat_out, "the long prompt sat out two steps in a row at {step_no}");
+        last_sat_out = !served;
+        sat_out += usize::from(!served);
+    }
+    let long_done_at = long_done_at.expect("the long prompt finished its prefill");
+    assert!(sat_out > 0, "the long prompt never gave way");
+    assert!(long_done_at < 2 * alone_steps, "{long_done_at} steps, {alone_steps} alone");
 }
 
 /// With a TPOT target, prefill beside decodes gets what the target leaves once the fitted

@@ -16,7 +16,7 @@ use entrobatch_scheduler::{NewSequence, Scheduler};
 
 use crate::command::PendingRequest;
 use crate::event::{Event, FinishReason, RequestId};
-use crate::metrics::EngineMetrics;
+use crate::metrics::{EngineMetrics, RequestTimes};
 use crate::request_state::{RequestState, SequenceCounts};
 use crate::validation::PreparedRequest;
 
@@ -91,7 +91,7 @@ impl Admission {
 
     /// Hands a request to the scheduler; one it refuses ends at once with its error.
     fn admit_now(&self, req: PendingRequest, live: &mut Live<'_>) {
-        let PendingRequest { id, request, sender, in_flight } = req;
+        let PendingRequest { id, request, sender, in_flight, submitted_at, estimated_wait } = req;
         let PreparedRequest { prompt_token_ids, params, strategy, constraint, seed, speculation } = request;
         let num_prompt = prompt_token_ids.len();
         let max_tokens = params.scheduled_max_tokens();
@@ -100,6 +100,7 @@ impl Admission {
         let mut state = RequestState::new(params, seed, num_prompt, sender, eos, strategy, in_flight);
         state.constraint = constraint;
         state.speculation = speculation;
+        state.times = RequestTimes::new(submitted_at).with_estimated_wait(estimated_wait);
         let new_seq = NewSequence { id, prompt_token_ids, max_tokens, skip_prefix_cache };
         match live.scheduler.add(new_seq) {
             Ok(()) => {

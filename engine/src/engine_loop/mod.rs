@@ -254,6 +254,16 @@ impl EngineLoop {
         }
         self.runner.recycle(output);
         let elapsed = started.elapsed();
+        if tracing::enabled!(tracing::Level::TRACE) {
+            let decodes = plan.scheduled.iter().filter(|s| s.needs_sample && s.num_query_tokens == 1).count();
+            let chunks: Vec<(u64, usize, usize)> = plan
+                .scheduled
+                .iter()
+                .filter(|s| s.num_query_tokens > 1)
+                .map(|s| (s.seq_id, s.context_len, s.num_query_tokens))
+                .collect();
+            tracing::trace!(ms = elapsed.as_secs_f64() * 1e3, decodes, ?chunks, "step (seq, context, rows)");
+        }
         self.scheduler.record_step(elapsed);
         self.metrics.steps.fetch_add(1, Ordering::Relaxed);
         self.metrics.step_duration.observe(elapsed.as_secs_f64());
@@ -451,6 +461,14 @@ impl EngineLoop {
             self.metrics.requests_finished[reason.index()].fetch_add(1, Ordering::Relaxed);
             let generated = counts.completion_tokens;
             self.metrics.requests.observe_finished(&state.times, Instant::now(), state.num_prompt_tokens, generated);
+            if let Some((estimated, waited)) = state.times.queue_time_against_estimate() {
+                tracing::debug!(
+                    request = id,
+                    estimated_ms = estimated.as_millis() as u64,
+                    waited_ms = waited.as_millis() as u64,
+                    "queue time against admission's estimate"
+                );
+            }
             // Whoever sees the final event may read the gauges: they must already show the
             // blocks freed (a few atomic stores).
             self.publish_gauges();

@@ -4,7 +4,7 @@
 //! inference = last token - scheduled, e2e = finished - submitted, time per output token =
 //! decode / (generated - 1).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::histogram::{Histogram, REQUEST_BUCKETS, TOKEN_COUNT_BUCKETS, TOKEN_GAP_BUCKETS};
 
@@ -14,6 +14,8 @@ pub struct RequestTimes {
     scheduled_at: Option<Instant>,
     first_token_at: Option<Instant>,
     last_token_at: Option<Instant>,
+    /// Admission's estimate of the queue time, when a TTFT target made it estimate.
+    estimated_wait: Option<Duration>,
 }
 
 /// Latencies of one appended token, for the TTFT and inter-token histograms.
@@ -24,7 +26,17 @@ pub struct TokenTiming {
 
 impl RequestTimes {
     pub fn new(submitted_at: Instant) -> Self {
-        Self { submitted_at, scheduled_at: None, first_token_at: None, last_token_at: None }
+        Self { submitted_at, scheduled_at: None, first_token_at: None, last_token_at: None, estimated_wait: None }
+    }
+
+    pub fn with_estimated_wait(self, estimated_wait: Option<Duration>) -> Self {
+        Self { estimated_wait, ..self }
+    }
+
+    /// Admission's estimated queue time beside the one the request had, once it was scheduled.
+    pub fn queue_time_against_estimate(&self) -> Option<(Duration, Duration)> {
+        let scheduled = self.scheduled_at?;
+        Some((self.estimated_wait?, scheduled.saturating_duration_since(self.submitted_at)))
     }
 
     /// The first step that runs the request ends its queueing; a preemption does not restart it.
@@ -50,6 +62,9 @@ fn secs(from: Instant, to: Instant) -> f64 {
 pub struct RequestMetrics {
     pub e2e_latency: Histogram,
     pub queue_time: Histogram,
+    /// Admission's estimate of `queue_time`, for the requests it estimated; the two side by
+    /// side say whether a TTFT target refuses too much or too little.
+    pub queue_time_estimated: Histogram,
     pub prefill_time: Histogram,
     pub decode_time: Histogram,
     pub inference_time: Histogram,
@@ -64,6 +79,7 @@ impl Default for RequestMetrics {
         Self {
             e2e_latency: request(),
             queue_time: request(),
+            queue_time_estimated: request(),
             prefill_time: request(),
             decode_time: request(),
             inference_time: request(),
@@ -82,6 +98,9 @@ impl RequestMetrics {
         self.generation_tokens.observe(generated as f64);
         let Some(scheduled) = times.scheduled_at else { return };
         self.queue_time.observe(secs(times.submitted_at, scheduled));
+        if let Some(estimate) = times.estimated_wait {
+            self.queue_time_estimated.observe(estimate.as_secs_f64());
+        }
         let (Some(first), Some(last)) = (times.first_token_at, times.last_token_at) else { return };
         self.prefill_time.observe(secs(scheduled, first));
         self.inference_time.observe(secs(scheduled, last));
@@ -93,9 +112,14 @@ impl RequestMetrics {
     }
 
     pub fn render(&self, out: &mut String) {
-        let series: [(&str, &str, &Histogram); 8] = [
+        let series: [(&str, &str, &Histogram); 9] = [
             ("e2e_request_latency_seconds", "Time from submit to the request's end.", &self.e2e_latency),
             ("request_queue_time_seconds", "Time from submit to the first step that ran it.", &self.queue_time),
+            (
+                "request_queue_time_estimated_seconds",
+                "Admission's estimate of the queue time, for requests admitted under a TTFT target.",
+                &self.queue_time_estimated,
+            ),
             ("request_prefill_time_seconds", "Time from the first step to the first token.", &self.prefill_time),
             ("request_decode_time_seconds", "Time from the first token to the last.", &self.decode_time),
             ("request_inference_time_seconds", "Time from the first step to the last token.", &self.inference_time),
@@ -143,5 +167,24 @@ mod tests {
         let m = RequestMetrics::default();
         m.observe_finished(&RequestTimes::new(t0), at(50), 4, 0);
         assert_eq!((m.e2e_latency.count(), m.queue_time.count(), m.prefill_time.count()), (1, 0, 0));
+        assert_eq!(m.queue_time_estimated.count(), 0);
+    }
+
+    #[test]
+    fn admissions_estimate_sits_beside_the_queue_time_it_estimated() {
+        let t0 = Instant::now();
+        let mut times = RequestTimes::new(t0).with_estimated_wait(Some(Duration::from_millis(250)));
+        assert_eq!(times.queue_time_against_estimate(), None, "not scheduled yet");
+        times.on_scheduled(t0 + Duration::from_millis(400));
+        assert_eq!(times.queue_time_against_estimate(), Some((Duration::from_millis(250), Duration::from_millis(400))));
+        let m = RequestMetrics::default();
+        m.observe_finished(&times, t0 + Duration::from_secs(1), 3, 0);
+        assert_eq!((m.queue_time_estimated.count(), m.queue_time_estimated.sum()), (1, 0.25));
+        // No TTFT target, no estimate: the series stays empty.
+        let m = RequestMetrics::default();
+        let mut plain = RequestTimes::new(t0);
+        plain.on_scheduled(t0);
+        m.observe_finished(&plain, t0 + Duration::from_secs(1), 3, 0);
+        assert_eq!((m.queue_time.count(), m.queue_time_estimated.count()), (1, 0));
     }
 }
