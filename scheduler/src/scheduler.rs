@@ -117,8 +117,9 @@ impl Scheduler {
 
     /// The most sequences that may run: `max_num_seqs`, or fewer when a TPOT target and the
     /// fitted step cost say that decoding more at once (each a row at its context, beside a
-    /// block of prefill for the shortest and the oldest prompt) would take a step past the
-    /// target. Never under one, and never under those already running.
+    /// block of prefill for the shortest and the oldest prompt, or half the target's time if
+    /// that is less) would take a step past the target. Never under one, and never under those
+    /// already running.
     pub(crate) fn tpot_seq_limit(&self) -> usize {
         let max = self.config.max_num_seqs;
         let (Some(tpot), Some(model)) = (self.config.latency_targets.tpot, self.step_cost.model()) else {
@@ -127,8 +128,13 @@ impl Scheduler {
         let seqs: Vec<&Sequence> = self.running.iter().filter_map(|id| self.sequences.get(id)).collect();
         let mean_context =
             if seqs.is_empty() { 0 } else { seqs.iter().map(|s| s.num_tokens()).sum::<usize>() / seqs.len() };
-        let floor = 2 * self.config.block_size;
-        let spare = tpot.as_secs_f64() - model.base - model.chunk_seconds(mean_context, floor);
+        // The prefill floors are reserved, but never more than half of what the target leaves
+        // beyond the base: where a row of prefill costs as much as several decodes (a larger
+        // model on few cores), two blocks of it alone can reach the target, and reserving all
+        // of it would leave one sequence decoding and refuse everyone else.
+        let above_base = tpot.as_secs_f64() - model.base;
+        let floor = model.chunk_seconds(mean_context, 2 * self.config.block_size).min(above_base / 2.0);
+        let spare = above_base - floor;
         let per_seq = model.chunk_seconds(mean_context, 1);
         let fits = if per_seq > 0.0 { (spare / per_seq).floor().max(0.0) as usize } else { max };
         fits.max(1).max(seqs.len().min(max)).min(max)
