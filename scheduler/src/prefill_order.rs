@@ -7,11 +7,11 @@
 //! One exception gives short requests their first token about as soon as with no long prompt
 //! present: while a short prompt (one the whole allowance computes within two steps) cannot
 //! finish beside the oldest's claim, the oldest sits out every other step and the short ones
-//! get all of it. A chunk deep in a long
-//! context costs far more a row than a fresh prompt's (it attends to every key before it), so
-//! half a step's time buys a short prompt only a fraction of its rows, and its first token
-//! would come steps later. The oldest never sits out two steps in a row: it keeps at least half
-//! of every other step, and all of a step with no short prompt waiting.
+//! get all of it. A chunk deep in a long context costs far more a row than a fresh prompt's
+//! (it attends to every key before it), so half a step's time buys a short prompt only a
+//! fraction of its rows, and its first token would come steps later. The oldest never sits out
+//! two steps in a row: it keeps at least half of every other step, and all of a step with no
+//! short prompt waiting.
 
 use crate::output::SchedulerOutput;
 use crate::scheduler::Scheduler;
@@ -113,8 +113,8 @@ pub(crate) fn plan_prefill(
     let shortest = candidates[0];
     let kept = grant_with_oldest_kept(candidates.clone(), oldest, allowance, rows);
     let shortest_finishes = kept.iter().any(|&(id, n)| id == shortest.id && n == shortest.remaining);
-    // A prompt the whole allowance computes within two steps is a short one, whose first token
-    // sitting out buys steps sooner; two long prompts keep sharing every step.
+    // A prompt the whole allowance computes within two steps is short: the oldest sitting out
+    // brings its first token a step sooner. Two long prompts keep sharing every step.
     let short = shortest.remaining <= 2 * allowance.tokens_at_context(shortest.context_len).min(rows);
     if shortest.id != oldest.id && !shortest_finishes && short && last_yielded_by != Some(oldest.id) {
         let others: Vec<PrefillCandidate> = candidates.into_iter().filter(|c| c.id != oldest.id).collect();
