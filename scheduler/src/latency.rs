@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::prefill_order::is_short;
 use crate::scheduler::Scheduler;
 use crate::step_cost::StepWork;
 
@@ -61,7 +62,7 @@ impl QueueLoad {
         // of every other step while a short prompt (two steps' worth) waits (`prefill_order`).
         let ahead: usize =
             self.prefill_remaining.iter().take_while(|&&r| r <= prompt_len).sum::<usize>() + unadmitted * prompt_len;
-        let share = if prompt_len <= 2 * per_step { per_step.div_ceil(4) } else { per_step.div_ceil(2) };
+        let share = if is_short(prompt_len, per_step) { per_step.div_ceil(4) } else { per_step.div_ceil(2) };
         let kept = if self.oldest_remaining > prompt_len { self.oldest_remaining.min(share) } else { 0 };
         let prefill_steps = ahead.div_ceil((per_step - kept).max(1));
         // A slot frees when a running sequence finishes: the k-th soonest can take no longer

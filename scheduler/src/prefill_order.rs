@@ -111,24 +111,35 @@ pub(crate) fn plan_prefill(
     };
     candidates.sort_by_key(|c| (c.remaining, c.arrival));
     let shortest = candidates[0];
-    let kept = grant_with_oldest_kept(candidates.clone(), oldest, allowance, rows);
+    let kept = grant_with_oldest_kept(&candidates, oldest, allowance, rows);
     let shortest_finishes = kept.iter().any(|&(id, n)| id == shortest.id && n == shortest.remaining);
-    // A prompt the whole allowance computes within two steps is short: the oldest sitting out
-    // brings its first token a step sooner. Two long prompts keep sharing every step.
-    let short = shortest.remaining <= 2 * allowance.tokens_at_context(shortest.context_len).min(rows);
+    // The oldest sitting out brings a short prompt's first token a step sooner; two long
+    // prompts keep sharing every step.
+    let short = is_short(shortest.remaining, allowance.tokens_at_context(shortest.context_len).min(rows));
     if shortest.id != oldest.id && !shortest_finishes && short && last_yielded_by != Some(oldest.id) {
-        let others: Vec<PrefillCandidate> = candidates.into_iter().filter(|c| c.id != oldest.id).collect();
-        return PrefillPlan { grants: grant_in_order(&others, allowance, rows), yielded_by: Some(oldest.id) };
+        let others = candidates.iter().filter(|c| c.id != oldest.id);
+        return PrefillPlan { grants: grant_in_order(others, allowance, rows), yielded_by: Some(oldest.id) };
     }
     PrefillPlan { grants: kept, yielded_by: None }
 }
 
+/// A prompt with `remaining` tokens is short when two steps of `per_step` prefill tokens
+/// compute it: the oldest sits out for it (`plan_prefill`), and admission's wait estimate
+/// counts that (`QueueLoad::estimate_wait`).
+pub(crate) fn is_short(remaining: usize, per_step: usize) -> bool {
+    remaining <= 2 * per_step
+}
+
 /// Grants in order until the allowance or the rows run out, the first candidate at least its
 /// floor.
-fn grant_in_order(candidates: &[PrefillCandidate], allowance: PrefillAllowance, rows: usize) -> Vec<(SeqId, usize)> {
+fn grant_in_order<'a>(
+    candidates: impl Iterator<Item = &'a PrefillCandidate>,
+    allowance: PrefillAllowance,
+    rows: usize,
+) -> Vec<(SeqId, usize)> {
     let (mut left, mut rows_left) = (allowance.total(), rows);
-    let mut grants = Vec::with_capacity(candidates.len());
-    for (i, c) in candidates.iter().enumerate() {
+    let mut grants = Vec::new();
+    for (i, c) in candidates.enumerate() {
         let floor = if i == 0 { c.remaining.min(allowance.min_tokens()) } else { 0 };
         let n = c.remaining.min(rows_left).min(allowance.affordable(c.context_len, left).max(floor));
         if n > 0 {
@@ -143,7 +154,7 @@ fn grant_in_order(candidates: &[PrefillCandidate], allowance: PrefillAllowance, 
 /// Shortest first with the oldest's claim kept, and both the shortest and the oldest at
 /// least their floor.
 fn grant_with_oldest_kept(
-    candidates: Vec<PrefillCandidate>,
+    candidates: &[PrefillCandidate],
     oldest: PrefillCandidate,
     allowance: PrefillAllowance,
     rows: usize,
@@ -154,7 +165,7 @@ fn grant_with_oldest_kept(
     let (mut left, mut rows_left) = (total, rows);
     let mut oldest_served = false;
     let mut grants = Vec::with_capacity(candidates.len());
-    for c in &candidates {
+    for c in candidates {
         let is_oldest = c.id == oldest.id;
         let spared = if oldest_served || is_oldest { 0.0 } else { reserve };
         oldest_served |= is_oldest;
