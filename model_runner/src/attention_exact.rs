@@ -52,6 +52,12 @@ pub fn exact_attention(
         let (k, v) = step.read(span.query_start, q_len, kv_row_len);
         k_rows.extend(k);
         v_rows.extend(v);
+        if let Some(offset) = step.key_offset() {
+            // q8 keys are stored less their layer's offset, the step's as the cache's.
+            for row in k_rows[first_read * kv_row_len..].chunks_exact_mut(kv_row_len) {
+                row.iter_mut().zip(offset).for_each(|(x, c)| *x += c);
+            }
+        }
         let to_heads = |rows: Vec<f32>| -> Result<Tensor> {
             let t = Tensor::from_vec(rows, (1, n, num_kv_heads, head_dim), &device)?.transpose(1, 2)?.contiguous()?;
             Ok(candle_transformers::utils::repeat_kv(t, num_heads / num_kv_heads)?)

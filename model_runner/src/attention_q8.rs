@@ -10,10 +10,13 @@
 //! every query head that shares their KV head; the value sum widens a key's value row once for
 //! up to eight such heads.
 //!
+//! Keys are stored less their layer's key offset (`kv_q8`), so each score starts from the f32
+//! query's product with it: `base = q . key_offset` (0 without one).
+//!
 //! Every kernel performs the same operations, so the result does not depend on the CPU: a
 //! key's group `c` gives its exact i32 dot product with the query's group; the score is
-//! `acc = 0; acc = fma(f32(dot_c), q_scale_c * k_scale_c, acc)` over the groups in order, times
-//! the attention scale. The value sum is, per output value, one fma per key in key order of
+//! `acc = base; acc = fma(f32(dot_c), q_scale_c * k_scale_c, acc)` over the groups in order,
+//! times the attention scale. The value sum is, per output value, one fma per key in key order of
 //! `probability * value scale` with the int8 value.
 
 use crate::attention::{AttentionShape, RowTask};
@@ -24,18 +27,32 @@ use crate::kv_q8::{quantize_groups, Q8Slots, Q8_GROUP};
 use crate::metrics::AttnMetrics;
 
 /// A task's query heads quantized in the cache's groups: values, and per head and group the
-/// scale and the sum of the int8 values (what the VNNI kernels' unsigned offset adds).
+/// scale and the sum of the int8 values (what the VNNI kernels' unsigned offset adds); per
+/// head, where its scores start (`base`: the head's product with the key offset).
 pub(crate) struct Query {
     pub q8: Vec<i8>,
     pub scales: Vec<f32>,
     pub sums: Vec<i32>,
+    pub base: Vec<f32>,
 }
 
 impl Query {
-    fn new(q: &[f32], group: usize) -> Self {
-        let (q8, scales) = quantize_groups(q, group);
-        let sums = q8.chunks_exact(group).map(|g| g.iter().map(|&x| x as i32).sum()).collect();
-        Self { q8, scales, sums }
+    /// `q`: the heads `g.h0..` of one row; `key_offset`: the layer's, one row of the cache.
+    fn new(q: &[f32], g: &Geometry, key_offset: Option<&[f32]>) -> Self {
+        let (q8, scales) = quantize_groups(q, g.group);
+        let sums = q8.chunks_exact(g.group).map(|x| x.iter().map(|&x| x as i32).sum()).collect();
+        let base = q
+            .chunks_exact(g.head_dim)
+            .enumerate()
+            .map(|(i, head)| {
+                let kv_head = (g.h0 + i) / g.heads_per_kv;
+                key_offset.map_or(0.0, |c| {
+                    let c = &c[kv_head * g.head_dim..(kv_head + 1) * g.head_dim];
+                    head.iter().zip(c).fold(0f32, |acc, (q, c)| q.mul_add(*c, acc))
+                })
+            })
+            .collect();
+        Self { q8, scales, sums, base }
     }
 }
 
@@ -54,7 +71,7 @@ pub(crate) fn attend_row(
     let num_keys = shape.attended_keys(span, row - span.query_start).len();
     let group = cache.group;
     let geometry = Geometry { h0: heads.start, heads_per_kv: num_heads / num_kv_heads, head_dim, group, num_keys };
-    let query = Query::new(&q_row[heads.start * head_dim..heads.end * head_dim], group);
+    let query = Query::new(&q_row[heads.start * head_dim..heads.end * head_dim], &geometry, step.key_offset.as_deref());
     let vectorized = kernel != KvKernel::Scalar && group == Q8_GROUP && kernel.supported();
     let metrics = (want_metrics && heads.len() == num_heads).then_some((num_heads, span.attn_pad_to));
     let score = |run: &KeyRun<'_, _>, scores: &mut [f32]| {
@@ -93,7 +110,7 @@ fn score_run(
         for h in heads.clone() {
             let kv_head = h / g.heads_per_kv;
             let q = &query.q8[(h - g.h0) * g.head_dim..];
-            let mut acc = 0f32;
+            let mut acc = query.base[h - g.h0];
             for c in 0..groups {
                 let dot: i32 = (c * g.group..(c + 1) * g.group)
                     .map(|d| q[d] as i32 * src.k[src.k_at(slot, kv_head, d)] as i32)

@@ -147,7 +147,9 @@ mod imp {
                 let kv_heads = heads_of(kv_head, &heads, g.heads_per_kv);
                 for first in kv_heads.clone().step_by(SCORE_HEADS) {
                     let sub = first..(first + SCORE_HEADS).min(kv_heads.end);
-                    let mut s = [_mm512_setzero_ps(); SCORE_HEADS];
+                    let mut s: [__m512; SCORE_HEADS] = std::array::from_fn(|n| {
+                        _mm512_set1_ps(query.base.get(first + n - g.h0).copied().unwrap_or(0.0))
+                    });
                     for c in 0..groups {
                         let kp = src.k.as_ptr().add(src.k_at(base, kv_head, 32 * c));
                         let k: [__m512i; 8] = std::array::from_fn(|i| {
@@ -216,7 +218,7 @@ mod imp {
                                 if lanes.end <= 8 * half || lanes.start >= 8 * (half + 1) {
                                     continue;
                                 }
-                                let mut s = _mm256_setzero_ps();
+                                let mut s = _mm256_set1_ps(query.base[h - g.h0]);
                                 for c in 0..groups {
                                     let kp = src.k.as_ptr().add(src.k_at(base, kv_head, 32 * c) + 32 * half);
                                     let sp =

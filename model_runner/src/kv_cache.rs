@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::kv_f16::F16Slots;
@@ -50,6 +52,8 @@ pub struct KvCache {
     row_len: usize,
     head_dim: usize,
     dtype: KvDtype,
+    /// Per layer, what a q8 cache subtracts from its keys (`kv_q8`); empty: nothing.
+    key_offsets: Vec<Option<Arc<[f32]>>>,
 }
 
 /// K and V rows in the cache's dtype (both always of the same one): one layer of the cache,
@@ -92,12 +96,28 @@ impl LayerKv {
 
     /// A step's K and V rows (`[rows, row_len]` f32, `row_len` = KV heads x `head_dim`) in
     /// `dtype`, row `i` in slot `i`. f16 and q8 round each value once, here, so a key reads the
-    /// same from this step as from the cache later.
-    pub fn from_rows(dtype: KvDtype, head_dim: usize, row_len: usize, k: Vec<f32>, v: Vec<f32>) -> Self {
+    /// same from this step as from the cache later. q8 quantizes the keys less `key_offset`
+    /// (the layer's, `kv_q8`); the other dtypes keep keys whole and ignore it.
+    pub fn from_rows(
+        dtype: KvDtype,
+        head_dim: usize,
+        row_len: usize,
+        k: Vec<f32>,
+        v: Vec<f32>,
+        key_offset: Option<Arc<[f32]>>,
+    ) -> Self {
         match dtype {
             KvDtype::F32 => LayerKv::F32(KvValues { k, v }),
             KvDtype::F16 => LayerKv::F16(F16Slots::from_rows(&k, &v, row_len, head_dim)),
-            KvDtype::Q8 => LayerKv::Q8(Q8Slots::quantize(&k, &v, row_len, head_dim)),
+            KvDtype::Q8 => LayerKv::Q8(Q8Slots::quantize(&k, &v, row_len, head_dim, key_offset)),
+        }
+    }
+
+    /// What was subtracted from these rows' keys before they were stored (q8 step rows).
+    pub fn key_offset(&self) -> Option<&[f32]> {
+        match self {
+            LayerKv::Q8(kv) => kv.key_offset.as_deref(),
+            _ => None,
         }
     }
 
@@ -131,7 +151,8 @@ impl LayerKv {
         }
     }
 
-    /// K and V of `count` slots from slot `first` on, as f32 rows of `row_len`.
+    /// K and V of `count` slots from slot `first` on, as f32 rows of `row_len`; q8 keys less
+    /// their layer's key offset.
     pub fn read(&self, first: usize, count: usize, row_len: usize) -> (Vec<f32>, Vec<f32>) {
         let (at, len) = (first * row_len, count * row_len);
         match self {
@@ -159,7 +180,7 @@ impl KvCache {
         let groups = KvGroups::for_model(config);
         let num_slots = num_blocks * block_size;
         let tensors = (0..groups.group_size()).map(|_| LayerKv::zeros(dtype, head_dim, row_len, num_slots)).collect();
-        Ok(Self { tensors, groups, num_blocks, block_size, row_len, head_dim, dtype })
+        Ok(Self { tensors, groups, num_blocks, block_size, row_len, head_dim, dtype, key_offsets: Vec::new() })
     }
 
     /// Pages that fit in `budget_bytes`, so callers size the pool from memory, not a guess.
@@ -198,9 +219,21 @@ impl KvCache {
         self.dtype
     }
 
-    /// A step's K and V rows in this cache's dtype (`LayerKv::from_rows`).
-    pub fn step_rows(&self, k: Vec<f32>, v: Vec<f32>) -> LayerKv {
-        LayerKv::from_rows(self.dtype, self.head_dim, self.row_len, k, v)
+    /// Per layer, the constant a q8 cache subtracts from the layer's keys before quantizing
+    /// (`kv_q8`; `row_len` values each, `None` for none); the other dtypes ignore it.
+    pub fn with_key_offsets(mut self, key_offsets: Vec<Option<Arc<[f32]>>>) -> Self {
+        self.key_offsets = key_offsets;
+        self
+    }
+
+    fn key_offset(&self, layer: usize) -> Option<&Arc<[f32]>> {
+        self.key_offsets.get(layer).and_then(Option::as_ref)
+    }
+
+    /// Layer `layer`'s K and V rows of a step in this cache's dtype (`LayerKv::from_rows`).
+    pub fn step_rows(&self, layer: usize, k: Vec<f32>, v: Vec<f32>) -> LayerKv {
+        let key_offset = self.key_offset(layer).filter(|_| self.dtype == KvDtype::Q8).cloned();
+        LayerKv::from_rows(self.dtype, self.head_dim, self.row_len, k, v, key_offset)
     }
 
     pub fn num_blocks(&self) -> usize {
@@ -257,6 +290,10 @@ impl KvCache {
 
     /// K and V of one slot in one layer (tests compare committed K/V against a fresh prefill).
     pub fn read_slot(&self, layer: usize, slot: usize) -> (Vec<f32>, Vec<f32>) {
-        self.layer(layer).read(slot, 1, self.row_len)
+        let (mut k, v) = self.layer(layer).read(slot, 1, self.row_len);
+        if let Some(offset) = self.key_offset(layer).filter(|_| self.dtype == KvDtype::Q8) {
+            k.iter_mut().zip(offset.iter()).for_each(|(x, c)| *x += c);
+        }
+        (k, v)
     }
 }

@@ -12,6 +12,16 @@
 //! of 32 keeps an outlier's damage inside its own 32 values.
 //!
 //! A head whose width is not a multiple of 32 (tiny test models) has one group per head.
+//!
+//! Keys may carry a constant part that no group can quantize well: Qwen2's key biases reach
+//! 145-158 in the slowest-turning RoPE pairs of its first layers, beside values of 1-5 in the
+//! rest of the group, so the group's step is about 1.2 and the small values are mostly lost.
+//! A layer's `key_offset` (the mean of its rotated key bias over every position,
+//! `Rope::mean_rotation`) is subtracted from each key before quantizing, and attention adds the
+//! query's product with it back to every score (`attention_q8`): the same constant for every key
+//! of a query, so the scores are the keys' own and the small values keep their precision.
+
+use std::sync::Arc;
 
 use half::f16;
 use half::vec::HalfBitsVecExt;
@@ -53,6 +63,10 @@ pub struct Q8Slots {
     pub head_dim: usize,
     /// Values per slot (KV heads x `head_dim`).
     pub row_len: usize,
+    /// What was subtracted from every key before quantizing (`row_len` values; the module doc
+    /// says why). Set on a step's rows; the cache's pages, shared by layers of different
+    /// offsets, hold residuals whose layer the caller knows.
+    pub key_offset: Option<Arc<[f32]>>,
 }
 
 impl Q8Slots {
@@ -62,15 +76,33 @@ impl Q8Slots {
         let group = group_size(head_dim);
         let len = num_slots.next_multiple_of(SLOT_CHUNK) * row_len;
         let scales = || vec![0u16; len / group].reinterpret_into();
-        Self { k: vec![0; len], v: vec![0; len], k_scales: scales(), v_scales: scales(), group, head_dim, row_len }
+        Self {
+            k: vec![0; len],
+            v: vec![0; len],
+            k_scales: scales(),
+            v_scales: scales(),
+            group,
+            head_dim,
+            row_len,
+            key_offset: None,
+        }
     }
 
-    /// Quantizes rows of f32 K and V (`[rows, row_len]`), row `i` into slot `i`.
-    pub fn quantize(k: &[f32], v: &[f32], row_len: usize, head_dim: usize) -> Self {
+    /// Quantizes rows of f32 K and V (`[rows, row_len]`), row `i` into slot `i`, the keys less
+    /// `key_offset` (`row_len` values) where given.
+    pub fn quantize(k: &[f32], v: &[f32], row_len: usize, head_dim: usize, key_offset: Option<Arc<[f32]>>) -> Self {
         let rows = k.len() / row_len.max(1);
         let mut slots = Self::zeros(rows, row_len, head_dim);
         let group = slots.group;
-        let (kq, k_scales) = quantize_groups(k, group);
+        let (kq, k_scales) = match &key_offset {
+            Some(offset) => {
+                let residual: Vec<f32> =
+                    k.chunks_exact(row_len).flat_map(|row| row.iter().zip(offset.iter()).map(|(x, c)| x - c)).collect();
+                quantize_groups(&residual, group)
+            }
+            None => quantize_groups(k, group),
+        };
+        slots.key_offset = key_offset;
         let (vq, v_scales) = quantize_groups(v, group);
         let groups_per_row = row_len / group;
         for slot in 0..rows {
@@ -152,7 +184,8 @@ impl Q8Slots {
         }
     }
 
-    /// K and V of `count` slots from `first` on, as f32 rows.
+    /// K and V of `count` slots from `first` on, as f32 rows: the keys as stored, that is less
+    /// the layer's key offset (`KvCache::read_slot` adds it back).
     pub fn dequantize(&self, first: usize, count: usize) -> (Vec<f32>, Vec<f32>) {
         let (mut k, mut v) = (Vec::with_capacity(count * self.row_len), Vec::with_capacity(count * self.row_len));
         for slot in first..first + count {
@@ -199,7 +232,7 @@ mod tests {
     #[test]
     fn a_value_comes_back_within_half_a_step_of_its_group() {
         let x: Vec<f32> = (0..96).map(|i| ((i * 37 % 101) as f32 - 50.0) * if i < 32 { 10.0 } else { 0.01 }).collect();
-        let q = Q8Slots::quantize(&x, &x, 96, 32);
+        let q = Q8Slots::quantize(&x, &x, 96, 32, None);
         let (k, v) = q.dequantize(0, 1);
         assert_eq!(k, v);
         for (g, (orig, back)) in x.chunks(32).zip(k.chunks(32)).enumerate() {
@@ -212,6 +245,26 @@ mod tests {
         }
         // An outlier in the first group does not coarsen the others.
         assert!((x[40] - k[40]).abs() < 0.01 / 127.0 * 51.0);
+    }
+
+    /// A key offset leaves the keys' residual to the groups: a channel of about 150 no longer
+    /// sets the step of its 31 neighbours of about 1, and the values are unchanged.
+    #[test]
+    fn a_key_offset_keeps_small_values_beside_a_large_constant() {
+        let (row_len, rows) = (64, 5);
+        let offset: Vec<f32> = (0..row_len).map(|d| if d == 31 { -150.0 } else { 0.0 }).collect();
+        let k: Vec<f32> =
+            (0..rows * row_len).map(|i| offset[i % row_len] + ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+        let plain = Q8Slots::quantize(&k, &k, row_len, 32, None);
+        let shifted = Q8Slots::quantize(&k, &k, row_len, 32, Some(offset.clone().into()));
+        let (plain_k, plain_v) = plain.dequantize(0, rows);
+        let (residual_k, shifted_v) = shifted.dequantize(0, rows);
+        assert_eq!(plain_v, shifted_v, "values carry no offset");
+        let restored: Vec<f32> = residual_k.iter().enumerate().map(|(i, r)| r + offset[i % row_len]).collect();
+        let worst = |back: &[f32]| k.iter().zip(back).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        // Half a step of a group whose largest value is about 1, against one of about 151.
+        assert!(worst(&restored) <= 0.5 / 127.0 + 1e-3, "{}", worst(&restored));
+        assert!(worst(&plain_k) > 0.2, "{}", worst(&plain_k));
     }
 
     /// Every slot's key values and scales land in places of their own, whatever the chunking.
@@ -243,7 +296,7 @@ mod tests {
     #[test]
     fn zeros_stay_zero_and_copies_keep_scales() {
         let x: Vec<f32> = (0..128).map(|i| i as f32 / 7.0).collect();
-        let src = Q8Slots::quantize(&x, &x, 64, 32);
+        let src = Q8Slots::quantize(&x, &x, 64, 32, None);
         let mut dst = Q8Slots::zeros(40, 64, 32);
         assert_eq!(dst.dequantize(0, 40).0, vec![0.0; 40 * 64]);
         dst.copy_slot(17, &src, 1);

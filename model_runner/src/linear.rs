@@ -159,6 +159,11 @@ impl Linear {
         ProjectionCost { int8_format: self.int8_format, lm_head, bytes, macs }
     }
 
+    /// The bias added to every output row, if any.
+    pub fn bias(&self) -> Option<&[f32]> {
+        self.bias.as_deref()
+    }
+
     fn add_bias(&self, y: &mut [f32]) {
         if let Some(b) = &self.bias {
             ops::add_bias(y, b);

@@ -46,6 +46,33 @@ impl Rope {
         self.max_positions
     }
 
+    /// The mean of `x` (`[heads, head_dim]`) rotated to each of the table's positions in turn:
+    /// a pair that turns slowly keeps its value, one that turns many times averages out.
+    pub fn mean_rotation(&self, x: &[f32], heads: usize) -> Vec<f32> {
+        let half = self.half_rot;
+        let (mut mean_cos, mut mean_sin) = (vec![0f64; half], vec![0f64; half]);
+        for (cos, sin) in self.cos.chunks_exact(half.max(1)).zip(self.sin.chunks_exact(half.max(1))) {
+            for i in 0..half {
+                mean_cos[i] += cos[i] as f64;
+                mean_sin[i] += sin[i] as f64;
+            }
+        }
+        let n = self.max_positions.max(1) as f64;
+        let (mean_cos, mean_sin): (Vec<f32>, Vec<f32>) =
+            mean_cos.iter().zip(&mean_sin).map(|(c, s)| ((c / n) as f32, (s / n) as f32)).unzip();
+        let mut out = x.to_vec();
+        let pairs = |i: usize| if self.interleaved { (2 * i, 2 * i + 1) } else { (i, i + half) };
+        for head in out.chunks_exact_mut(self.head_dim).take(heads) {
+            for i in 0..half {
+                let (a, b) = pairs(i);
+                let (xa, xb) = (head[a], head[b]);
+                head[a] = xa * mean_cos[i] - xb * mean_sin[i];
+                head[b] = xa * mean_sin[i] + xb * mean_cos[i];
+            }
+        }
+        out
+    }
+
     /// Rotates `x` = `[rows, heads, head_dim]` in place; `positions[row]` must be < max_positions.
     pub fn apply(&self, x: &mut [f32], heads: usize, positions: &[u32]) {
         let (head_dim, half) = (self.head_dim, self.half_rot);
@@ -93,6 +120,38 @@ mod tests {
             out[b] = ((xa * s + xb * c) * m) as f32;
         }
         out
+    }
+
+    /// The mean rotation is the average of `apply` over every position: computed here
+    /// position by position, for a vector with slow and fast pairs, in both pairings.
+    #[test]
+    fn the_mean_rotation_averages_every_position() {
+        for interleaved in [false, true] {
+            let cfg = RopeConfig {
+                theta: 1e6,
+                rotary_dim: 8,
+                interleaved,
+                freq_scale: 1.0,
+                attn_factor: 1.0,
+                freq_factors: None,
+            };
+            let rope = Rope::new(&cfg, 8, 3000);
+            let x: Vec<f32> = (0..16).map(|i| (i as f32 - 7.5) * 3.0).collect();
+            let mut sum = vec![0f64; 16];
+            for pos in 0..3000u32 {
+                let mut y = x.clone();
+                rope.apply(&mut y, 2, &[pos]);
+                sum.iter_mut().zip(&y).for_each(|(s, v)| *s += *v as f64);
+            }
+            let mean = rope.mean_rotation(&x, 2);
+            for (i, (m, s)) in mean.iter().zip(&sum).enumerate() {
+                assert!((*m as f64 - s / 3000.0).abs() < 1e-3, "{interleaved} {i}: {m} against {}", s / 3000.0);
+            }
+            // The fastest pair (one radian a position) averages out; the slowest barely turns.
+            let (fast, slow) = if interleaved { (0, 6) } else { (0, 3) };
+            assert!(mean[fast].abs() < 0.05 * x[fast].abs());
+            assert!((mean[slow] - x[slow]).abs() < 0.05 * x[slow].abs());
+        }
     }
 
     /// Partial rotation, linear scaling, frequency factors and the attention factor, in both

@@ -17,7 +17,7 @@ pub struct ModelRunner {
 impl ModelRunner {
     /// The cache's value type has no default here: the engine picks it (`EngineConfig::kv_cache_dtype`).
     pub fn new(model: Model, num_blocks: usize, block_size: usize, dtype: KvDtype) -> Result<Self> {
-        let cache = KvCache::new(model.config(), num_blocks, block_size, dtype)?;
+        let cache = KvCache::new(model.config(), num_blocks, block_size, dtype)?.with_key_offsets(model.key_offsets());
         Ok(Self { model, cache, spare_logits: Vec::new() })
     }
 

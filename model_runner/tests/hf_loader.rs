@@ -8,10 +8,9 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::{llama, qwen2, qwen3};
 use entrobatch_model_runner::hf_config::{HfConfig, DEFAULT_MASK_TOKEN_ID};
+use entrobatch_model_runner::testing::prompt_chunk;
 use entrobatch_model_runner::testing_hf::{write_tiny_hf, TinyHfArch, TinyHfSpec, TINY_MASK_TOKEN_ID};
-use entrobatch_model_runner::{
-    load_model, Architecture, ForwardBatch, KvDtype, MatmulMode, ModelError, ModelRunner, SeqSpan,
-};
+use entrobatch_model_runner::{load_model, Architecture, KvDtype, MatmulMode, ModelError, ModelRunner};
 
 fn checkpoint(name: &str, spec: &TinyHfSpec) -> PathBuf {
     let dir = entrobatch_model_runner::testing::unique_test_path(env!("CARGO_TARGET_TMPDIR"), &format!("hf-{name}"));
@@ -29,22 +28,8 @@ fn ours(dir: &Path, tokens: &[u32]) -> Vec<f32> {
     let mut runner = ModelRunner::new(model, 4, 16, KvDtype::F32).expect("runner");
     let split = tokens.len() / 2;
     let mut step = |range: std::ops::Range<usize>, want_logits: bool| {
-        let n = range.len();
-        let batch = ForwardBatch {
-            input_ids: tokens[range.clone()].to_vec(),
-            positions: range.clone().map(|p| p as u32).collect(),
-            slot_mappings: vec![range.clone().map(|p| p as i64).collect()],
-            seqs: vec![SeqSpan {
-                query_start: 0,
-                query_len: n,
-                context_len: range.start,
-                block_tables: vec![vec![0, 1, 2, 3]],
-                want_attn_metrics: false,
-                attn_pad_to: None,
-            }],
-            logits_rows: if want_logits { vec![n - 1] } else { Vec::new() },
-        };
-        runner.execute(&batch).expect("forward").logits
+        let logits_rows = if want_logits { vec![range.len() - 1] } else { Vec::new() };
+        runner.execute(&prompt_chunk(tokens, range, vec![0, 1, 2, 3], logits_rows)).expect("forward").logits
     };
     step(0..split, false);
     step(split..tokens.len(), true)

@@ -34,8 +34,9 @@ fn span(query_start: usize, query_len: usize, context_len: usize, metrics: bool)
 fn attend(threads: usize, dtype: KvDtype, spans: &[SeqSpan]) -> (Vec<u32>, Vec<Option<AttnMetrics>>) {
     let kv_row = SHAPE.num_kv_heads * SHAPE.head_dim;
     let rows: usize = spans.iter().map(|s| s.query_len).sum();
-    let cache = LayerKv::from_rows(dtype, SHAPE.head_dim, kv_row, values(32 * kv_row, 1), values(32 * kv_row, 2));
-    let step = LayerKv::from_rows(dtype, SHAPE.head_dim, kv_row, values(rows * kv_row, 3), values(rows * kv_row, 4));
+    let cache = LayerKv::from_rows(dtype, SHAPE.head_dim, kv_row, values(32 * kv_row, 1), values(32 * kv_row, 2), None);
+    let step =
+        LayerKv::from_rows(dtype, SHAPE.head_dim, kv_row, values(rows * kv_row, 3), values(rows * kv_row, 4), None);
     let q = values(rows * SHAPE.num_heads * SHAPE.head_dim, 5);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
     let (out, metrics) = pool.install(|| paged_attention(SHAPE, &q, &step, &cache, spans, true)).unwrap();

@@ -73,8 +73,8 @@ fn windowed_attention_matches_a_dense_recomputation() {
     let q = values(rows * HEADS * HEAD_DIM, 5);
     for window in [None, Some(1), Some(5), Some(8)] {
         let shape = shape(window);
-        let cache = LayerKv::from_rows(KvDtype::F32, HEAD_DIM, KV_ROW, ck.clone(), cv.clone());
-        let step = LayerKv::from_rows(KvDtype::F32, HEAD_DIM, KV_ROW, sk.clone(), sv.clone());
+        let cache = LayerKv::from_rows(KvDtype::F32, HEAD_DIM, KV_ROW, ck.clone(), cv.clone(), None);
+        let step = LayerKv::from_rows(KvDtype::F32, HEAD_DIM, KV_ROW, sk.clone(), sv.clone(), None);
         let (fused, _) = paged_attention(shape, &q, &step, &cache, &spans, false).unwrap();
         let (mirror, _) = exact_attention(shape, &q, &step, &cache, &spans, false).unwrap();
         for span in &spans {
@@ -101,8 +101,8 @@ fn blocks_before_the_window_are_never_read() {
     let (sk, sv) = (values(KV_ROW, 3), values(KV_ROW, 4));
     let q = values(HEADS * HEAD_DIM, 5);
     let shape = shape(Some(5));
-    let cache = LayerKv::from_rows(KvDtype::F32, HEAD_DIM, KV_ROW, ck, cv);
-    let step = LayerKv::from_rows(KvDtype::F32, HEAD_DIM, KV_ROW, sk, sv);
+    let cache = LayerKv::from_rows(KvDtype::F32, HEAD_DIM, KV_ROW, ck, cv, None);
+    let step = LayerKv::from_rows(KvDtype::F32, HEAD_DIM, KV_ROW, sk, sv, None);
     let run = |table: &Vec<u32>, exact: bool| {
         let spans = [SeqSpan { context_len: 21, block_tables: vec![table.clone()], ..span() }];
         let run = if exact { exact_attention } else { paged_attention };

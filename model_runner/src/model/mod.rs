@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use crate::attention::{paged_attention, AttentionShape};
 use crate::attention_exact::exact_attention;
 use crate::batch::ForwardBatch;
@@ -114,6 +116,19 @@ impl Model {
         WeightFootprint::from_costs(layers.map(|p| p.cost(false)).chain([self.lm_head.cost(true)]))
     }
 
+    /// Per layer, the constant part of its keys that an 8-bit cache should not quantize
+    /// (`kv_q8`): the key bias rotated to every position and averaged (`Rope::mean_rotation`),
+    /// where the keys get a bias and no norm after it; `None` elsewhere.
+    pub fn key_offsets(&self) -> Vec<Option<Arc<[f32]>>> {
+        self.layers
+            .iter()
+            .map(|layer| {
+                let bias = layer.wk.bias().filter(|_| layer.k_norm.is_none())?;
+                Some(self.ropes[layer.rope].mean_rotation(bias, self.config.num_kv_heads).into())
+            })
+            .collect()
+    }
+
     /// The token embedding table (how it is held, and lookups outside a forward).
     pub fn embedding(&self) -> &Embedding {
         &self.embedding
@@ -168,7 +183,7 @@ impl Model {
             let rope = &self.ropes[layer.rope];
             rope.apply(&mut q, cfg.num_heads, &batch.positions);
             rope.apply(&mut k, cfg.num_kv_heads, &batch.positions);
-            let step = cache.step_rows(k, v);
+            let step = cache.step_rows(l, k, v);
             cache.store(l, &batch.slot_mappings[cache.groups().group_of(l)], &step)?;
             let (attn, metrics) = if self.exact_attention {
                 exact_attention(shape, &q, &step, cache.layer(l), &batch.seqs, l == last_layer)?

@@ -7,6 +7,7 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::batch::{ForwardBatch, SeqSpan};
 use crate::config::LongContextRope;
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
@@ -83,6 +84,9 @@ pub struct TinyModelSpec {
     /// Metadata written after the generated keys, replacing any of the same name: a chat
     /// template of the test's own, `general.sampling.*` recommendations.
     pub extra_metadata: Vec<(String, Value)>,
+    /// Qwen2 only: this value in the key bias of each KV head's slowest-turning RoPE pair, as
+    /// Qwen2.5's first layers have (145-158 beside values of a few units).
+    pub key_bias_outlier: Option<f32>,
 }
 
 impl TinyModelSpec {
@@ -102,6 +106,7 @@ impl TinyModelSpec {
             rope_freq_factors: None,
             long_context_rope: None,
             extra_metadata: Vec::new(),
+            key_bias_outlier: None,
         }
     }
 
@@ -229,6 +234,31 @@ const OUTPUT_STD: f32 = 0.25;
 const NORM_STD: f32 = 0.05;
 const BIAS_STD: f32 = 0.05;
 
+/// One sequence's prompt positions `range` as one step: a sequence alone in the step, its
+/// positions in slots of the same number (pages `0..` of `block_table` in order), the logits of
+/// the chunk's rows `logits_rows`.
+pub fn prompt_chunk(
+    tokens: &[u32],
+    range: std::ops::Range<usize>,
+    block_table: Vec<u32>,
+    logits_rows: Vec<usize>,
+) -> ForwardBatch {
+    ForwardBatch {
+        input_ids: tokens[range.clone()].to_vec(),
+        positions: range.clone().map(|p| p as u32).collect(),
+        slot_mappings: vec![range.clone().map(|p| p as i64).collect()],
+        seqs: vec![SeqSpan {
+            query_start: 0,
+            query_len: range.len(),
+            context_len: range.start,
+            block_tables: vec![block_table],
+            want_attn_metrics: false,
+            attn_pad_to: None,
+        }],
+        logits_rows,
+    }
+}
+
 /// Writes a complete tiny GGUF model to `path` (see the module docs).
 pub fn write_tiny_gguf(path: &Path, spec: &TinyModelSpec) -> candle_core::Result<()> {
     spec.validate()?;
@@ -311,7 +341,17 @@ fn build_tensors(spec: &TinyModelSpec) -> candle_core::Result<Vec<(String, QTens
         }
         if spec.arch == TinyArch::Qwen2 {
             out.push((p("attn_q.bias"), f32q(rng.tensor(&[h], 0.0, BIAS_STD)?)?));
-            out.push((p("attn_k.bias"), f32q(rng.tensor(&[kv], 0.0, BIAS_STD)?)?));
+            let mut k_bias = rng.tensor(&[kv], 0.0, BIAS_STD)?;
+            if let Some(outlier) = spec.key_bias_outlier {
+                // NEOX pairs (i, i + hd / 2): the last of each half turns slowest.
+                let mut values = k_bias.to_vec1::<f32>()?;
+                for head in values.chunks_exact_mut(hd) {
+                    head[hd / 2 - 1] = outlier;
+                    head[hd - 1] = -outlier;
+                }
+                k_bias = Tensor::from_vec(values, &[kv], &Device::Cpu)?;
+            }
+            out.push((p("attn_k.bias"), f32q(k_bias)?));
             out.push((p("attn_v.bias"), f32q(rng.tensor(&[kv], 0.0, BIAS_STD)?)?));
         }
         if qk_norms {
