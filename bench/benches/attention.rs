@@ -119,9 +119,16 @@ fn main() -> anyhow::Result<()> {
                     kv_heads * HEAD_DIM,
                     case.cache_k.clone(),
                     case.cache_v.clone(),
+                    None,
                 );
-                let step =
-                    LayerKv::from_rows(dtype, HEAD_DIM, kv_heads * HEAD_DIM, case.step_k.clone(), case.step_v.clone());
+                let step = LayerKv::from_rows(
+                    dtype,
+                    HEAD_DIM,
+                    kv_heads * HEAD_DIM,
+                    case.step_k.clone(),
+                    case.step_v.clone(),
+                    None,
+                );
                 (step, cache)
             };
             let (f16, q8) = (build(KvDtype::F16), build(KvDtype::Q8));
