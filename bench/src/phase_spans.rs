@@ -10,6 +10,11 @@
 //! With every request running at once this is prefill over `[0, last first token]` and decode
 //! over `[first first token, last end]`; one at a time, it is the sums of the requests' own
 //! times to first token and decode times, so batch-1 rates are per-request rates.
+//!
+//! At high concurrency the decode span is mostly steps that also carry prompt chunks, so it
+//! says little about what a decode step costs. The decode-only window is the decode span less
+//! the prefill span: the time during which every running request was decoding. Tokens that
+//! arrived inside it, over its length, are the rate of steps with no prompt in them.
 
 /// When one request produced its first token and when it ended, in seconds from the run's
 /// start.
@@ -21,32 +26,73 @@ pub struct RequestTimes {
 
 /// (prefill seconds, decode seconds) of `times` (submission order) run `concurrency` at a time.
 pub fn phase_secs(times: &[RequestTimes], concurrency: usize) -> (f64, f64) {
+    let (prefill, decode) = phase_spans(times, concurrency);
+    (union_secs(prefill), union_secs(decode))
+}
+
+/// Tokens per second inside the decode-only window, and the window's seconds; None when no
+/// time was decode-only. `arrivals`: (seconds from the start, tokens) of every token event of
+/// the run. A window opens when a step's tokens arrive (the step that finished the last prompt
+/// is not in it), so a token counts when it arrives after the window's start and by its end.
+pub fn decode_only_rate(
+    times: &[RequestTimes],
+    concurrency: usize,
+    arrivals: &[(f64, usize)],
+) -> Option<(f64, f64)> {
+    let (prefill, decode) = phase_spans(times, concurrency);
+    let windows = subtract(&merged(decode), &merged(prefill));
+    let secs: f64 = windows.iter().map(|(s, e)| e - s).sum();
+    let tokens: usize =
+        arrivals.iter().filter(|(at, _)| windows.iter().any(|(s, e)| at > s && at <= e)).map(|(_, n)| n).sum();
+    (secs > 0.0).then(|| (tokens as f64 / secs, secs))
+}
+
+/// Each request's (admitted, first token) and (first token, end) spans (see the module doc).
+fn phase_spans(times: &[RequestTimes], concurrency: usize) -> (Vec<(f64, f64)>, Vec<(f64, f64)>) {
     let mut ends: Vec<f64> = times.iter().map(|t| t.end).collect();
     ends.sort_by(f64::total_cmp);
     let slots = concurrency.max(1);
     let admitted = |i: usize| if i < slots { 0.0 } else { ends[i - slots] };
     let prefill = times.iter().enumerate().map(|(i, t)| (admitted(i), t.first_token)).collect();
     let decode = times.iter().map(|t| (t.first_token, t.end)).collect();
-    (union_secs(prefill), union_secs(decode))
+    (prefill, decode)
 }
 
 /// Seconds covered by at least one of `spans` (`(start, end)`; empty or reversed ones count 0).
-pub fn union_secs(mut spans: Vec<(f64, f64)>) -> f64 {
+pub fn union_secs(spans: Vec<(f64, f64)>) -> f64 {
+    merged(spans).iter().map(|(s, e)| e - s).sum()
+}
+
+/// `spans` merged into disjoint spans in order (empty or reversed ones dropped).
+fn merged(mut spans: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
     spans.retain(|(s, e)| e > s);
     spans.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut total = 0.0;
-    let mut current: Option<(f64, f64)> = None;
+    let mut out: Vec<(f64, f64)> = Vec::with_capacity(spans.len());
     for (s, e) in spans {
-        current = match current {
-            Some((cs, ce)) if s <= ce => Some((cs, ce.max(e))),
-            Some((cs, ce)) => {
-                total += ce - cs;
-                Some((s, e))
-            }
-            None => Some((s, e)),
-        };
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
     }
-    total + current.map_or(0.0, |(s, e)| e - s)
+    out
+}
+
+/// The parts of `spans` outside `holes` (both disjoint and in order, as `merged` leaves them).
+fn subtract(spans: &[(f64, f64)], holes: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut out = Vec::new();
+    for &(s, e) in spans {
+        let mut start = s;
+        for &(hs, he) in holes.iter().filter(|(hs, he)| *he > s && *hs < e) {
+            if hs > start {
+                out.push((start, hs));
+            }
+            start = start.max(he);
+        }
+        if e > start {
+            out.push((start, e));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -76,6 +122,50 @@ mod tests {
     fn all_at_once_spans_from_start_to_the_last_first_token_and_from_the_first_to_the_end() {
         let times = [t(0.5, 4.0), t(0.2, 3.0), t(0.8, 5.0)];
         assert_eq!(phase_secs(&times, 8), (0.8, 4.8));
+    }
+
+    #[test]
+    fn the_decode_only_window_is_decoding_with_no_prompt_waiting() {
+        // All at once: prompts done by 0.8; every request decodes until 3.0, two until 4.0,
+        // one until 5.0. Arrivals every 0.1 s, one token for each request still running.
+        let times = [t(0.5, 4.0), t(0.2, 3.0), t(0.8, 5.0)];
+        let arrivals: Vec<(f64, usize)> = (1..=50)
+            .map(|i| i as f64 / 10.0)
+            .map(|at| (at, times.iter().filter(|t| at >= t.first_token && at <= t.end).count()))
+            .collect();
+        let (rate, secs) = decode_only_rate(&times, 8, &arrivals).unwrap();
+        assert!((secs - 4.2).abs() < 1e-9, "{secs}");
+        // (0.8, 3.0]: 22 arrivals of 3; (3.0, 4.0]: 10 of 2; (4.0, 5.0]: 10 of 1.
+        let tokens = 22 * 3 + 10 * 2 + 10;
+        assert!((rate - tokens as f64 / 4.2).abs() < 1e-6, "{rate}");
+    }
+
+    #[test]
+    fn a_queued_prompt_closes_the_window_while_it_waits() {
+        // Two slots, three requests: the third is admitted at 2.0 and waits until 2.5, so
+        // (2.0, 2.5] is not decode-only; neither is anything before 0.4.
+        let times = [t(0.3, 3.0), t(0.4, 2.0), t(2.5, 4.0)];
+        let arrivals = [(0.35, 1), (1.0, 2), (2.2, 1), (2.6, 2), (3.5, 1)];
+        let (rate, secs) = decode_only_rate(&times, 2, &arrivals).unwrap();
+        assert!((secs - (1.6 + 1.5)).abs() < 1e-9, "{secs}");
+        assert!((rate - 5.0 / 3.1).abs() < 1e-9, "{rate}");
+    }
+
+    #[test]
+    fn batch_one_decode_only_is_the_requests_decode_rate() {
+        let times = [t(0.1, 1.0), t(1.2, 2.2)];
+        let arrivals: Vec<(f64, usize)> = [0.1, 0.4, 0.7, 1.0, 1.2, 1.7, 2.2].iter().map(|&at| (at, 1)).collect();
+        let (prefill, decode) = phase_secs(&times, 1);
+        let (rate, secs) = decode_only_rate(&times, 1, &arrivals).unwrap();
+        assert!((secs - decode).abs() < 1e-12 && prefill > 0.0);
+        assert!((rate - 5.0 / 1.9).abs() < 1e-9, "{rate}");
+    }
+
+    #[test]
+    fn no_decode_only_time_gives_none() {
+        // One request whose prompt is prefilled while the other decodes, and which ends last.
+        let times = [t(0.5, 1.0), t(1.0, 1.0)];
+        assert_eq!(decode_only_rate(&times, 8, &[(0.7, 1)]), None);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::machine_limits::MachineLimits;
-use super::phase_spans::{phase_secs, RequestTimes};
+use super::phase_spans::{decode_only_rate, phase_secs, RequestTimes};
 use entrobatch::{Decoding, Engine, EngineConfig, Event, GenerationParams, Prompt, Request, SamplingParams};
 
 #[derive(Clone, Debug)]
@@ -35,6 +35,11 @@ pub struct PhaseRates {
     /// Tokens after each request's first over the time some request was decoding; prefill
     /// chunks share those steps, so at high concurrency this is not a pure-decode rate.
     pub decode_tokens_per_s: f64,
+    /// Tokens over the time every running request was decoding and no prompt waited
+    /// (`phase_spans::decode_only_rate`): what steps without prompt rows deliver. None for the
+    /// baseline, or when no time was decode-only.
+    pub decode_only_tokens_per_s: Option<f64>,
+    pub decode_only_secs: Option<f64>,
     pub output_tokens_per_s: f64,
     pub total_tokens_per_s: f64,
     pub wall_secs: f64,
@@ -177,6 +182,8 @@ pub fn run_with_prompts(
     struct Drained {
         output_tokens: usize,
         times: RequestTimes,
+        /// (seconds from the start, tokens) of each token event.
+        arrivals: Vec<(f64, usize)>,
         branches: Vec<String>,
     }
     let drained: Vec<Result<Drained>> = std::thread::scope(|scope| {
@@ -186,13 +193,15 @@ pub fn run_with_prompts(
             .map(|(i, mut handle)| {
                 scope.spawn(move || {
                     let times = RequestTimes { first_token: 0.0, end: 0.0 };
-                    let mut d = Drained { output_tokens: 0, times, branches: Vec::new() };
+                    let mut d = Drained { output_tokens: 0, times, arrivals: Vec::new(), branches: Vec::new() };
                     while let Some(event) = handle.next_blocking() {
                         match event {
                             Event::Tokens { tokens, .. } => {
+                                let at = start.elapsed().as_secs_f64();
                                 if d.output_tokens == 0 && !tokens.is_empty() {
-                                    d.times.first_token = start.elapsed().as_secs_f64();
+                                    d.times.first_token = at;
                                 }
+                                d.arrivals.push((at, tokens.len()));
                                 d.output_tokens += tokens.len();
                                 d.branches.extend(tokens.iter().filter_map(|t| t.metrics.as_ref()?.branch.clone()));
                             }
@@ -225,10 +234,12 @@ pub fn run_with_prompts(
     let mut output_tokens = 0usize;
     let mut branches = std::collections::BTreeMap::<String, usize>::new();
     let mut times = Vec::with_capacity(prompts.len());
+    let mut arrivals = Vec::new();
     for d in drained {
         let d = d?;
         output_tokens += d.output_tokens;
         times.push(d.times);
+        arrivals.extend(d.arrivals);
         for b in d.branches {
             *branches.entry(b).or_default() += 1;
         }
@@ -245,9 +256,12 @@ pub fn run_with_prompts(
     engine.shutdown(entrobatch::ShutdownMode::Finish);
     let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
     let (prefill_secs, decode_secs) = phase_secs(&times, config.concurrency);
+    let decode_only = decode_only_rate(&times, config.concurrency, &arrivals);
     let engine_rates = PhaseRates {
         prefill_tokens_per_s: prompt_tokens as f64 / prefill_secs.max(1e-9),
         decode_tokens_per_s: output_tokens.saturating_sub(times.len()) as f64 / decode_secs.max(1e-9),
+        decode_only_tokens_per_s: decode_only.map(|(rate, _)| rate),
+        decode_only_secs: decode_only.map(|(_, secs)| secs),
         output_tokens_per_s: output_tokens as f64 / wall,
         total_tokens_per_s: (prompt_tokens + output_tokens) as f64 / wall,
         wall_secs: wall,
@@ -353,6 +367,8 @@ fn baseline_rates(model: &Path, prompts: &[Vec<u32>], output_len: usize) -> Resu
     Ok(PhaseRates {
         prefill_tokens_per_s: t.prompt_tokens as f64 / t.prefill_secs.max(1e-9),
         decode_tokens_per_s: (t.output_tokens - prompts.len()) as f64 / t.decode_secs.max(1e-9),
+        decode_only_tokens_per_s: None,
+        decode_only_secs: None,
         output_tokens_per_s: t.output_tokens as f64 / wall,
         total_tokens_per_s: (t.prompt_tokens + t.output_tokens) as f64 / wall,
         wall_secs: wall,
@@ -390,6 +406,11 @@ pub fn render_table(r: &ThroughputReport) -> String {
     row("entrobatch", &r.engine);
     if let Some(b) = &r.baseline {
         row("candle sequential", b);
+    }
+    if let (Some(rate), Some(secs), true) =
+        (r.engine.decode_only_tokens_per_s, r.engine.decode_only_secs, r.concurrency > 1)
+    {
+        out.push_str(&format!("decode-only steps (no prompt waiting): {rate:.1} t/s over {secs:.1} s\n"));
     }
     if let (Some(o), Some(t)) = (r.output_speedup, r.total_speedup) {
         out.push_str(&format!("speedup: output {o:.2}x, total {t:.2}x\n"));

@@ -90,6 +90,10 @@ fn bench_throughput_limits_set_the_run_against_the_machine() {
     assert!(f(&l["read_gb_per_s"]) > 0.0 && f(&l["int8_peak_gops"]) > 0.0, "{l}");
     assert!(l["int8_peak_by_format"]["Q8_0"].as_f64().is_some(), "{l}");
     let decode = f(&report["engine"]["decode_tokens_per_s"]);
+    // One at a time, every decode step is decode-only: the two rates are the same count over
+    // the same spans.
+    let decode_only = f(&report["engine"]["decode_only_tokens_per_s"]);
+    assert!((decode_only - decode).abs() <= 1e-9 * decode, "{decode_only} against {decode}");
     let bandwidth = decode * f(&l["bytes_per_decode_row"]) / (f(&l["read_gb_per_s"]) * 1e9);
     assert!((f(&l["bandwidth_fraction"]) - bandwidth).abs() <= 1e-9 * bandwidth.max(1.0), "{l}");
     // Per layer q, o (64 x 64), k, v (32 x 64), gate, up, down (128 x 64); the head 64 x vocab.
