@@ -34,11 +34,7 @@ pub fn phase_secs(times: &[RequestTimes], concurrency: usize) -> (f64, f64) {
 /// time was decode-only. `arrivals`: (seconds from the start, tokens) of every token event of
 /// the run. A window opens when a step's tokens arrive (the step that finished the last prompt
 /// is not in it), so a token counts when it arrives after the window's start and by its end.
-pub fn decode_only_rate(
-    times: &[RequestTimes],
-    concurrency: usize,
-    arrivals: &[(f64, usize)],
-) -> Option<(f64, f64)> {
+pub fn decode_only_rate(times: &[RequestTimes], concurrency: usize, arrivals: &[(f64, usize)]) -> Option<(f64, f64)> {
     let (prefill, decode) = phase_spans(times, concurrency);
     let windows = subtract(&merged(decode), &merged(prefill));
     let secs: f64 = windows.iter().map(|(s, e)| e - s).sum();
