@@ -43,8 +43,11 @@ pub fn decode_only_rate(times: &[RequestTimes], concurrency: usize, arrivals: &[
     (secs > 0.0).then(|| (tokens as f64 / secs, secs))
 }
 
+/// (start, end) in seconds from the run's start.
+type Span = (f64, f64);
+
 /// Each request's (admitted, first token) and (first token, end) spans (see the module doc).
-fn phase_spans(times: &[RequestTimes], concurrency: usize) -> (Vec<(f64, f64)>, Vec<(f64, f64)>) {
+fn phase_spans(times: &[RequestTimes], concurrency: usize) -> (Vec<Span>, Vec<Span>) {
     let mut ends: Vec<f64> = times.iter().map(|t| t.end).collect();
     ends.sort_by(f64::total_cmp);
     let slots = concurrency.max(1);
