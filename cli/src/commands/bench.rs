@@ -6,6 +6,8 @@ use entrobatch_bench::throughput::{render_table, run, ThroughputConfig, Throughp
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 
+use super::emitln;
+
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
     /// Requests through the engine against candle-transformers' sequential model, in one run.
@@ -162,15 +164,15 @@ fn throughput(args: ThroughputArgs) -> Result<()> {
                 report.total_speedup = Some(report.engine.total_tokens_per_s / b.total_tokens_per_s);
             }
         }
-        print!("{}", render_table(&report));
+        super::emit(&render_table(&report));
         reports.push(report);
     }
     let json =
         if args.sweep { serde_json::to_string_pretty(&reports)? } else { serde_json::to_string_pretty(&reports[0])? };
-    println!("{json}");
     if let Some(path) = &args.json {
         std::fs::write(path, &json).with_context(|| format!("write {}", path.display()))?;
     }
+    emitln!("{json}");
     if args.sweep {
         plot_sweep(&reports, &args.plot)?;
         eprintln!("wrote {}", args.plot.display());
@@ -237,12 +239,12 @@ fn prefix_cache(args: PrefixCacheArgs) -> Result<()> {
     bar.set_message("prefix cache");
     let report = run(&config, |done| bar.set_position(done as u64))?;
     bar.finish_and_clear();
-    print!("{}", render_table(&report));
     let json = serde_json::to_string_pretty(&report)?;
-    println!("{json}");
     if let Some(path) = &args.json {
         std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
     }
+    super::emit(&render_table(&report));
+    emitln!("{json}");
     Ok(())
 }
 
@@ -266,17 +268,21 @@ fn structured(args: StructuredArgs) -> Result<()> {
     bar.set_message("structured vs free");
     let report = run(&engine, &config, |_| bar.inc(1))?;
     bar.finish_and_clear();
-    println!("| run | prompt tok | output tok | seconds | total tok/s | output tok/s |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    emitln!("| run | prompt tok | output tok | seconds | total tok/s | output tok/s |");
+    emitln!("|---|---:|---:|---:|---:|---:|");
     for r in &report.runs {
         let kind = if r.constrained { "json schema" } else { "free" };
-        println!(
+        emitln!(
             "| {kind} | {} | {} | {:.2} | {:.1} | {:.1} |",
-            r.prompt_tokens, r.output_tokens, r.seconds, r.total_tok_s, r.output_tok_s
+            r.prompt_tokens,
+            r.output_tokens,
+            r.seconds,
+            r.total_tok_s,
+            r.output_tok_s
         );
     }
     let mask = report.mean_mask_us.map_or("n/a".to_string(), |us| format!("{us:.1} us"));
-    println!("constrained / free total tok/s: {:.3}; mean mask time per token: {mask}", report.total_ratio);
+    emitln!("constrained / free total tok/s: {:.3}; mean mask time per token: {mask}", report.total_ratio);
     let json = serde_json::to_string_pretty(&report)?;
     if let Some(path) = &args.json {
         std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
@@ -301,11 +307,11 @@ fn branching(args: BranchingArgs) -> Result<()> {
     bar.set_message("half branching vs all plain");
     let report = run(&engine, &config, |_| bar.inc(1))?;
     bar.finish_and_clear();
-    println!("| run | seconds | plain TPOT p50 ms | plain TPOT p99 ms | output tok | branch points | extra tok |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    emitln!("| run | seconds | plain TPOT p50 ms | plain TPOT p99 ms | output tok | branch points | extra tok |");
+    emitln!("|---|---:|---:|---:|---:|---:|---:|");
     for r in &report.runs {
         let kind = if r.mixed { "half branching" } else { "all plain" };
-        println!(
+        emitln!(
             "| {kind} | {:.2} | {:.1} | {:.1} | {} | {} | {} |",
             r.seconds,
             r.plain_tpot_p50_ms,
@@ -315,9 +321,10 @@ fn branching(args: BranchingArgs) -> Result<()> {
             r.branch_extra_tokens
         );
     }
-    println!(
+    emitln!(
         "plain TPOT p99 beside branching / all plain (best rounds): {:.3}; wall time mixed / plain: {:.3}",
-        report.p99_ratio, report.seconds_ratio
+        report.p99_ratio,
+        report.seconds_ratio
     );
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)

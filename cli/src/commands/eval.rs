@@ -171,7 +171,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
         strategies: results,
     };
     let table = report.markdown();
-    print!("{table}");
+    super::emit(&table);
     if report.network_isolated == Some(false) {
         eprintln!("note: `unshare -n` is unavailable here, so HumanEval tests ran with network access");
     }

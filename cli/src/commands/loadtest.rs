@@ -106,9 +106,10 @@ pub fn run(args: LoadTestArgs) -> Result<()> {
     } else {
         runtime.block_on(loadtest::sweep(&config, &args.sweep))?
     };
-    let mut stdout = std::io::stdout().lock();
     for report in &reports {
-        loadtest::print_report(report, &mut stdout)?;
+        let mut text = Vec::new();
+        loadtest::print_report(report, &mut text)?;
+        super::emit(&String::from_utf8_lossy(&text));
     }
     if let Some(path) = &args.json {
         let value = if args.sweep.is_empty() {
@@ -121,7 +122,7 @@ pub fn run(args: LoadTestArgs) -> Result<()> {
     }
     if let Some(path) = &args.plot {
         loadtest::draw_sweep(path, &reports)?;
-        println!("sweep chart written to {}", path.display());
+        super::emitln!("sweep chart written to {}", path.display());
     }
     let lost: usize = reports.iter().map(|r| r.summary.lost).sum();
     if lost > 0 {

@@ -13,6 +13,25 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 
+/// Writes report text to stdout. A reader that has gone away (`| head`) ends the printing,
+/// not the command: the files asked for with `--json` or `--plot` are still written, and the
+/// run is not thrown away by a panic on the next `println!`.
+pub fn emit(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            tracing::warn!("cannot write to stdout: {e}");
+        }
+    }
+}
+
+/// `emit` with a line ending, formatted like `println!`.
+macro_rules! emitln {
+    ($($arg:tt)*) => { $crate::commands::emit(&format!("{}\n", format_args!($($arg)*))) };
+}
+pub(crate) use emitln;
+
 /// The model path a command uses: the flag, else `$ENTROBATCH_MODEL`, else the default.
 pub fn resolve_model(flag: Option<PathBuf>) -> Result<PathBuf> {
     let path = flag

@@ -47,7 +47,7 @@ pub fn run(args: PerplexityArgs) -> Result<()> {
     config.max_model_len = Some(args.ctx_size + 1);
     let engine = Engine::start(config)?;
     let report = perplexity(&engine, &text, args.ctx_size, args.chunks, !args.no_progress)?;
-    println!(
+    super::emitln!(
         "{}: PPL = {:.4} +/- {:.5} over {} tokens in {} chunks of {}",
         args.file.display(),
         report.ppl,

@@ -37,6 +37,6 @@ pub fn run(args: PlotSweepArgs) -> Result<()> {
     }
     let series: Vec<Series<'_>> = loaded.iter().map(|(label, reports)| Series { label, reports }).collect();
     draw_sweeps(&args.out, &series)?;
-    println!("chart written to {}", args.out.display());
+    super::emitln!("chart written to {}", args.out.display());
     Ok(())
 }
