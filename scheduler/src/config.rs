@@ -11,7 +11,7 @@ pub struct SchedulerConfig {
     /// Prefill tokens (prompt chunks, recomputation after preemption) a step may carry while
     /// sequences decode in it. Every decode waits for the whole forward, so an arrival's long
     /// chunk would stall every stream (Sarathi-Serve's stall-free batching); a step with no
-    /// decode in it uses all of `max_num_batched_tokens`. A TPOT target replaces it with what
+    /// decode in it uses all of `max_num_batched_tokens`. A TPOT target replaces both with what
     /// the target leaves (`Scheduler::prefill_allowance`).
     pub max_prefill_tokens_with_decodes: usize,
     /// Most sequences running (holding blocks) at once.

@@ -15,8 +15,9 @@ pub struct LatencyTargets {
     /// starts computing exceeds it; its own prefill is not counted, so a prompt too long to
     /// make the target even on an idle engine is still served when nothing is ahead of it.
     pub ttft: Option<Duration>,
-    /// Time per output token: the longest a step with decodes in it should take, so prefill
-    /// beside decodes gets what the decodes leave of it (`Scheduler::prefill_allowance`).
+    /// Time per output token: the longest a step should take, so prefill beside decodes gets
+    /// what the decodes leave of it, and a step of prefill alone no more than the target,
+    /// since an arrival waits for the step in flight (`Scheduler::prefill_allowance`).
     pub tpot: Option<Duration>,
 }
 
@@ -107,6 +108,12 @@ impl Scheduler {
     /// Feeds the step cost: the last `schedule()`'s output took `elapsed` to execute,
     /// scheduling and sampling included.
     pub fn record_step(&mut self, elapsed: Duration) {
+        if tracing::enabled!(tracing::Level::TRACE) {
+            let work = self.last_step_work;
+            let predicted_ms = self.step_cost.predict(work).map(|d| d.as_secs_f64() * 1e3);
+            let elapsed_ms = elapsed.as_secs_f64() * 1e3;
+            tracing::trace!(rows = work.rows, kilo_keys = work.kilo_keys, ?predicted_ms, elapsed_ms, "step cost");
+        }
         self.step_cost.observe(self.last_step_work, elapsed);
     }
 

@@ -93,16 +93,16 @@ impl Scheduler {
         work
     }
 
-    /// The prefill a step may carry beside `decodes`. Alone, a prefill takes the whole step.
-    /// Beside decodes, every decode waits for the whole forward: with a TPOT target and a
-    /// fitted step cost, prefill gets the time the target leaves once the decodes are paid
-    /// for, each row priced at its depth in its context (`PrefillAllowance::Seconds`);
-    /// otherwise the fixed `max_prefill_tokens_with_decodes`.
+    /// The prefill a step may carry beside `decodes`. With a TPOT target and a fitted step
+    /// cost, prefill gets the time the target leaves once the decodes are paid for, each row
+    /// priced at its depth in its context (`PrefillAllowance::Seconds`), in a step without
+    /// decodes too: a request arriving during a step waits for it, and a whole budget of rows
+    /// deep in a long prompt is seconds on a few cores, so an unbounded prefill-only step is
+    /// what a short prompt arriving beside a long one would wait for. Without a target, a
+    /// prefill alone takes the whole step, and beside decodes the fixed
+    /// `max_prefill_tokens_with_decodes`.
     pub(crate) fn prefill_allowance(&self, decodes: StepWork) -> PrefillAllowance {
         let rows = self.config.max_num_batched_tokens;
-        if decodes.rows == 0 {
-            return PrefillAllowance::Tokens(rows);
-        }
         let free = rows.saturating_sub(decodes.rows);
         match (self.config.latency_targets.tpot, self.step_cost.model()) {
             (Some(tpot), Some(model)) => PrefillAllowance::Seconds {
@@ -111,6 +111,7 @@ impl Scheduler {
                 max_tokens: free,
                 min_tokens: self.config.block_size.min(free),
             },
+            _ if decodes.rows == 0 => PrefillAllowance::Tokens(rows),
             _ => PrefillAllowance::Tokens(self.config.max_prefill_tokens_with_decodes.min(free)),
         }
     }

@@ -218,20 +218,22 @@ fn a_short_prompt_takes_whole_steps_from_a_long_one_every_other_step() {
     assert!(long_done_at < 2 * alone_steps, "{long_done_at} steps, {alone_steps} alone");
 }
 
+/// What a step takes on the modelled machine: 10 ms a step, 1 ms a row, 2 ms per thousand keys
+/// attended.
+fn cost(out: &entrobatch_scheduler::SchedulerOutput) -> f64 {
+    let mut work = StepWork::default();
+    for r in &out.scheduled {
+        work.add(StepWork::span(r.context_len, r.num_query_tokens + r.scratch_rows));
+    }
+    0.010 + 0.001 * work.rows as f64 + 0.002 * work.kilo_keys
+}
+
 /// With a TPOT target, prefill beside decodes gets what the target leaves once the fitted
 /// step cost has paid for the decodes, each row priced at its depth in its context: a long
 /// prompt's chunks shrink as its context grows, and every step stays within the target.
 #[test]
 fn a_tpot_target_sizes_prefill_from_the_measured_step_cost() {
     use std::time::Duration;
-    // The machine: 10 ms a step, 1 ms a row, 2 ms per thousand keys attended.
-    let cost = |out: &entrobatch_scheduler::SchedulerOutput| {
-        let mut work = StepWork::default();
-        for r in &out.scheduled {
-            work.add(StepWork::span(r.context_len, r.num_query_tokens + r.scratch_rows));
-        }
-        0.010 + 0.001 * work.rows as f64 + 0.002 * work.kilo_keys
-    };
     let tpot = 0.100;
     let mut config = config(512, 64, 16, 4096);
     config.max_prefill_tokens_with_decodes = 16;
@@ -262,6 +264,48 @@ fn a_tpot_target_sizes_prefill_from_the_measured_step_cost() {
     let (first, last) = (chunks[0], chunks[chunks.len() - 2]);
     assert!(first > 2 * last, "{chunks:?}");
     assert!(first > 16, "more than the fixed cap while the target allows it: {chunks:?}");
+}
+
+/// A TPOT target holds a step of prefill alone to the target as well: with nothing decoding, a
+/// long prompt deep in its context would otherwise take the whole budget of its most expensive
+/// rows, and a short prompt arriving during that step waits for all of it.
+#[test]
+fn a_tpot_target_also_bounds_a_step_of_prefill_alone() {
+    use std::time::Duration;
+    let tpot = 0.100;
+    let mut config = config(512, 64, 16, 4096);
+    config.latency_targets.tpot = Some(Duration::from_secs_f64(tpot));
+    let mut s = Scheduler::new(config).unwrap();
+    // Warm the fit up on steps of every size, then let everything finish.
+    for id in 1..=8 {
+        s.add(new_seq(id, 40 * id as usize, 4)).unwrap();
+    }
+    while s.num_running() + s.num_waiting() > 0 {
+        let out = step(&mut s);
+        s.record_step(Duration::from_secs_f64(cost(&out)));
+    }
+    // A long prompt alone: every step within the target (or its one-block floor), where the
+    // whole budget of 512 rows would cost 0.52 s at the start and 4.6 s at 4k of context.
+    s.add(new_seq(100, 6000, 4)).unwrap();
+    let mut steps = 0;
+    let mut short_arrived_at = None;
+    while s.get(100).is_some_and(|q| q.num_output_tokens() == 0) {
+        if steps == 40 {
+            s.add(new_seq(200, 60, 4)).unwrap();
+            short_arrived_at = Some(steps);
+        }
+        let out = step(&mut s);
+        let secs = cost(&out);
+        s.record_step(Duration::from_secs_f64(secs));
+        let chunk = out.scheduled.iter().find(|r| r.seq_id == 100).map_or(0, |r| r.num_query_tokens);
+        assert!(secs <= tpot * 1.05 || chunk <= 16, "step {steps}: {secs} s with a {chunk}-token chunk");
+        if short_arrived_at.is_some() && s.get(200).is_some_and(|q| q.num_output_tokens() == 1) {
+            assert!(steps - 40 < 2, "the short prompt's first token took {} steps", steps - 40 + 1);
+        }
+        steps += 1;
+        assert!(steps < 2000, "the long prompt stalled");
+    }
+    assert!(s.get(200).is_none_or(|q| q.num_output_tokens() >= 1), "the short prompt never sampled");
 }
 
 /// With a TPOT target, admission stops where decoding one more sequence would take a step past
