@@ -106,33 +106,51 @@ fn bench_throughput_limits_set_the_run_against_the_machine() {
     assert_eq!(f(&l["int8_share_of_macs"]), 1.0);
 }
 
-/// `bench throughput --json F | head -1`: the reader leaves after the first line, and the
-/// report file is still written, with the run's numbers, and the command still succeeds.
-#[test]
-fn a_closed_stdout_does_not_lose_the_json_report() {
+/// Runs the binary with its stdout closed before the first line is written (a reader that
+/// left, as `| head -1` does): every write to stdout fails. Asserts it succeeded without a
+/// panic or a broken-pipe error.
+fn succeeds_with_stdout_closed(cmd: &mut Command) {
     use std::process::Stdio;
-    let model = tiny_model(&TinyModelSpec::llama(), "cli-pipe");
-    let json = std::env::temp_dir().join(format!("entrobatch-pipe-{}.json", std::process::id()));
-    let _ = std::fs::remove_file(&json);
-    let mut child = entrobatch()
-        .args(["bench", "throughput", "--model"])
-        .arg(&model)
-        .args(["--requests", "2", "--concurrency", "1", "--prompt-len", "8", "--output-len", "4"])
-        .args(["--baseline-requests", "0", "--json"])
-        .arg(&json)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the binary");
-    // Close the read end before the first line is written: every write to stdout fails.
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run the binary");
     drop(child.stdout.take());
     let out = child.wait_with_output().expect("wait for the binary");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "status {:?}, stderr: {stderr}", out.status);
-    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("panicked") && !stderr.to_lowercase().contains("broken pipe"), "{stderr}");
+}
+
+/// `bench throughput --json F | head -1`: the report file is still written, with the run's
+/// numbers, and the command still succeeds.
+#[test]
+fn a_closed_stdout_does_not_lose_the_json_report() {
+    let model = tiny_model(&TinyModelSpec::llama(), "cli-pipe");
+    let json = std::env::temp_dir().join(format!("entrobatch-pipe-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&json);
+    succeeds_with_stdout_closed(
+        entrobatch()
+            .args(["bench", "throughput", "--model"])
+            .arg(&model)
+            .args(["--requests", "2", "--concurrency", "1", "--prompt-len", "8", "--output-len", "4"])
+            .args(["--baseline-requests", "0", "--json"])
+            .arg(&json),
+    );
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("the report file")).expect("the report is JSON");
     let _ = std::fs::remove_file(&json);
     assert_eq!(report["requests"].as_u64(), Some(2), "{report}");
     assert!(report["engine"]["output_tokens_per_s"].as_f64().is_some_and(|t| t > 0.0), "{report}");
+}
+
+/// `run ... | head -c 5`: the output ends there, not with an error.
+#[test]
+fn run_ends_quietly_when_its_reader_leaves() {
+    let model = tiny_model(&TinyModelSpec::llama(), "cli-pipe-run");
+    succeeds_with_stdout_closed(entrobatch().args(["run", "--model"]).arg(&model).args([
+        "--prompt",
+        "hello",
+        "--prompt",
+        "again",
+        "--max-tokens",
+        "8",
+    ]));
 }

@@ -241,73 +241,85 @@ pub fn run(args: RunArgs) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let many = prompts.len() > 1;
-    for (text, mut handle) in prompts.iter().zip(handles) {
-        if args.json {
-            let result = handle.collect_blocking();
-            let mut line = json!({
-                "prompt": text,
-                "prompt_token_ids": result.prompt_token_ids,
-                "token_ids": result.token_ids,
-                "text": result.text,
-                "finish_reason": result.finish_reason.as_str(),
-                "error": result.error,
-                "strategy_stats": result.strategy_stats,
-            });
-            line["decoding"] = serde_json::to_value(&params.decoding)?;
-            line["tokens"] = super::entropix::token_records(&result.tokens, engine.tokenizer());
-            if args.strategy == StrategyName::Mti {
-                let stats = TriggerStats::from_tokens(&result.tokens);
-                line["mti"] = json!({
-                    "tokens": stats.tokens,
-                    "triggered": stats.triggered,
-                    "trigger_rate": stats.rate(),
+    let printed = (|| -> Result<()> {
+        for (text, mut handle) in prompts.iter().zip(handles) {
+            if args.json {
+                let result = handle.collect_blocking();
+                let mut line = json!({
+                    "prompt": text,
+                    "prompt_token_ids": result.prompt_token_ids,
+                    "token_ids": result.token_ids,
+                    "text": result.text,
+                    "finish_reason": result.finish_reason.as_str(),
+                    "error": result.error,
+                    "strategy_stats": result.strategy_stats,
                 });
-            }
-            writeln!(out, "{line}")?;
-            continue;
-        }
-        if many {
-            writeln!(out, "=== {text}")?;
-        }
-        let mut mti = TriggerStats::default();
-        let mut trace = super::entropix::TokenTrace::new();
-        while let Some(event) = handle.next_blocking() {
-            match event {
-                Event::Tokens { text, tokens } => {
-                    let s = TriggerStats::from_tokens(&tokens);
-                    mti = TriggerStats { tokens: mti.tokens + s.tokens, triggered: mti.triggered + s.triggered };
-                    if args.show_metrics {
-                        trace.tokens(&mut out, &tokens, &text, engine.tokenizer())?;
-                    } else {
-                        write!(out, "{text}")?;
-                    }
-                    out.flush()?;
+                line["decoding"] = serde_json::to_value(&params.decoding)?;
+                line["tokens"] = super::entropix::token_records(&result.tokens, engine.tokenizer());
+                if args.strategy == StrategyName::Mti {
+                    let stats = TriggerStats::from_tokens(&result.tokens);
+                    line["mti"] = json!({
+                        "tokens": stats.tokens,
+                        "triggered": stats.triggered,
+                        "trigger_rate": stats.rate(),
+                    });
                 }
-                Event::PromptLogprobs(_) => {}
-                Event::Finished { reason, error, strategy_stats, schema_errors, .. } => {
-                    writeln!(out)?;
-                    match schema_errors.as_deref() {
-                        Some([]) => writeln!(out, "[schema: checked after decoding, valid]")?,
-                        Some(errors) => eprintln!("the output does not satisfy the schema: {}", errors.join("; ")),
-                        None => {}
+                writeln!(out, "{line}")?;
+                continue;
+            }
+            if many {
+                writeln!(out, "=== {text}")?;
+            }
+            let mut mti = TriggerStats::default();
+            let mut trace = super::entropix::TokenTrace::new();
+            while let Some(event) = handle.next_blocking() {
+                match event {
+                    Event::Tokens { text, tokens } => {
+                        let s = TriggerStats::from_tokens(&tokens);
+                        mti = TriggerStats { tokens: mti.tokens + s.tokens, triggered: mti.triggered + s.triggered };
+                        if args.show_metrics {
+                            trace.tokens(&mut out, &tokens, &text, engine.tokenizer())?;
+                        } else {
+                            write!(out, "{text}")?;
+                        }
+                        out.flush()?;
                     }
-                    let per_forward = strategy_stats.as_ref().and_then(|s| s.get("tokens_per_forward")?.as_f64());
-                    if let (StrategyName::Wedlm, Some(per)) = (args.strategy, per_forward) {
-                        writeln!(out, "[wedlm: {per:.2} tokens per forward for this request]")?;
-                    }
-                    if args.show_metrics {
-                        trace.finish(&mut out)?;
-                    }
-                    if args.strategy == StrategyName::Mti {
-                        let (rate, k, n) = (100.0 * mti.rate(), mti.triggered, mti.tokens);
-                        writeln!(out, "[mti trigger rate: {rate:.1}% ({k} of {n} tokens guided)]")?;
-                    }
-                    if let Some(e) = error {
-                        eprintln!("request failed ({}): {e}", reason.as_str());
+                    Event::PromptLogprobs(_) => {}
+                    Event::Finished { reason, error, strategy_stats, schema_errors, .. } => {
+                        writeln!(out)?;
+                        match schema_errors.as_deref() {
+                            Some([]) => writeln!(out, "[schema: checked after decoding, valid]")?,
+                            Some(errors) => eprintln!("the output does not satisfy the schema: {}", errors.join("; ")),
+                            None => {}
+                        }
+                        let per_forward = strategy_stats.as_ref().and_then(|s| s.get("tokens_per_forward")?.as_f64());
+                        if let (StrategyName::Wedlm, Some(per)) = (args.strategy, per_forward) {
+                            writeln!(out, "[wedlm: {per:.2} tokens per forward for this request]")?;
+                        }
+                        if args.show_metrics {
+                            trace.finish(&mut out)?;
+                        }
+                        if args.strategy == StrategyName::Mti {
+                            let (rate, k, n) = (100.0 * mti.rate(), mti.triggered, mti.tokens);
+                            writeln!(out, "[mti trigger rate: {rate:.1}% ({k} of {n} tokens guided)]")?;
+                        }
+                        if let Some(e) = error {
+                            eprintln!("request failed ({}): {e}", reason.as_str());
+                        }
                     }
                 }
             }
         }
+        Ok(())
+    })();
+    if let Err(e) = printed {
+        // A reader that left (`| head`) ends the output, not with an error: nothing is lost,
+        // `run` writes nothing else. The requests still decoding are aborted.
+        if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) {
+            engine.shutdown(entrobatch::ShutdownMode::Abort);
+            return Ok(());
+        }
+        return Err(e);
     }
     if args.strategy == StrategyName::Wedlm {
         let w = &engine.metrics().wedlm;

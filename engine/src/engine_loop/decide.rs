@@ -6,7 +6,7 @@ use entrobatch_scheduler::SeqId;
 
 use crate::event::GeneratedToken;
 use crate::logits_check::check_logits_finite;
-use crate::speculative::{verify, Speculation, SuffixIndex};
+use crate::speculative::{verify, DraftVerdict, SharedAcceptance, Speculation, SuffixIndex};
 use crate::strategy::{SequenceStrategy, StrategyInput, StrategyOutput};
 use crate::structured::Constraint;
 
@@ -16,6 +16,8 @@ pub(super) struct Decision {
     /// Draft tokens verified in this step, and how many of them were kept.
     pub num_draft: usize,
     pub num_accepted: usize,
+    /// The verified draft's verdict, for the engine's pooled acceptance rate.
+    pub verdict: Option<DraftVerdict>,
     /// The draft for the next step and the chance each of its tokens is kept.
     pub next_draft: Option<(Vec<u32>, f64)>,
     /// At a branch point of a structured output: the grammar after each candidate, in order.
@@ -32,12 +34,13 @@ pub(super) struct Work<'a> {
     pub draft: &'a [u32],
     pub speculation: Option<&'a mut Speculation>,
     pub suffix: Option<&'a SuffixIndex>,
+    pub shared_acceptance: &'a SharedAcceptance,
     /// The sequence's tokens so far (prompt and output), before this step's.
     pub token_ids: &'a [u32],
 }
 
 pub(super) fn decide(work: Work<'_>) -> Result<Decision, String> {
-    let Work { strategy, mut constraint, input, draft, speculation, suffix, token_ids, .. } = work;
+    let Work { strategy, mut constraint, input, draft, speculation, suffix, shared_acceptance, token_ids, .. } = work;
     // Sampling from NaN/inf would emit arbitrary tokens: fail just this request.
     check_logits_finite(&input.logits)?;
     // Forced tokens carry no distribution, so a request that asked for logprobs samples them
@@ -62,17 +65,17 @@ pub(super) fn decide(work: Work<'_>) -> Result<Decision, String> {
             output.tokens.push(GeneratedToken { token_id, logprob: None, metrics: None });
         }
     }
-    let mut next_draft = None;
+    let (mut next_draft, mut verdict) = (None, None);
     // The row the last drawn token came from (a span with no draft has one row).
     let last_row = rows.and_then(|r| r.get(num_accepted).copied()).filter(|_| !output.tokens.is_empty());
     if let (Some(speculation), Some(row)) = (speculation, last_row) {
-        speculation.observe(draft.len(), num_accepted);
+        verdict = speculation.observe(draft.len(), num_accepted, shared_acceptance);
         let mut context = Vec::with_capacity(token_ids.len() + output.tokens.len());
         context.extend_from_slice(token_ids);
         context.extend(output.tokens.iter().map(|t| t.token_id));
-        next_draft = speculation.propose(&context, suffix, || entrobatch_sampler::entropy_nats(row));
+        next_draft = speculation.propose(&context, suffix, shared_acceptance, || entrobatch_sampler::entropy_nats(row));
     }
-    Ok(Decision { output, num_draft: draft.len(), num_accepted, next_draft, fork_constraints })
+    Ok(Decision { output, num_draft: draft.len(), num_accepted, verdict, next_draft, fork_constraints })
 }
 
 /// The strategy's choice for a span with no draft, under the grammar's mask; at a branch

@@ -28,7 +28,7 @@ use crate::faults::FaultInjection;
 use crate::latency_gate::LatencyGate;
 use crate::metrics::EngineMetrics;
 use crate::request_state::{RequestState, SequenceCounts};
-use crate::speculative::{SpeculativeMethod, SuffixIndex};
+use crate::speculative::{SharedAcceptance, SpeculativeMethod, SuffixIndex};
 use crate::strategy::{StrategyInput, StrategyOutput};
 use crate::structured::Constraint;
 
@@ -61,6 +61,8 @@ pub(crate) struct EngineLoop {
     draining: bool,
     /// Recent outputs of every request, for suffix drafts (`SpeculativeMethod::Suffix`).
     suffix: Option<SuffixIndex>,
+    /// Every speculating request's verified drafts pooled: where a new request's rate starts.
+    shared_acceptance: SharedAcceptance,
     /// The request each live branch continuation belongs to (`Decoding::Branch`).
     branch_owners: HashMap<SeqId, RequestId>,
     next_branch_seq_id: SeqId,
@@ -95,6 +97,7 @@ impl EngineLoop {
             admission,
             draining: false,
             suffix,
+            shared_acceptance: SharedAcceptance::default(),
             branch_owners: HashMap::new(),
             next_branch_seq_id: branches::FIRST_BRANCH_SEQ_ID,
             #[cfg(feature = "faults")]
@@ -321,6 +324,7 @@ impl EngineLoop {
             spans.iter().filter(|s| !s.logits_indices.is_empty()).map(|s| (s.seq_id, s)).collect();
         let scheduler = &self.scheduler;
         let suffix = self.suffix.as_ref();
+        let shared_acceptance = &self.shared_acceptance;
         let mut work = Vec::new();
         for (id, state) in self.requests.iter_mut().filter(|(_, s)| s.branch.is_none()) {
             let (Some(span), Some(seq)) = (by_id.get(id), scheduler.get(*id)) else { continue };
@@ -344,6 +348,7 @@ impl EngineLoop {
                 draft: seq.draft_token_ids().get(..span.num_draft_tokens).unwrap_or(&[]),
                 speculation: speculation.as_mut(),
                 suffix,
+                shared_acceptance,
                 token_ids: seq.token_ids(),
             });
         }
@@ -360,7 +365,10 @@ impl EngineLoop {
     /// Settles a verified draft with the scheduler, appends the step's tokens, and hands the
     /// scheduler the next draft.
     fn apply_decision(&mut self, id: RequestId, decision: Decision) {
-        let Decision { mut output, num_draft, num_accepted, next_draft, fork_constraints } = decision;
+        let Decision { mut output, num_draft, num_accepted, verdict, next_draft, fork_constraints } = decision;
+        if let Some(verdict) = verdict {
+            self.shared_acceptance.record(verdict);
+        }
         if num_draft > 0 {
             self.metrics.spec_decode.record(num_draft, num_accepted);
             if let Err(e) = self.scheduler.accept_draft(id, num_accepted) {

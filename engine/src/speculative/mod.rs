@@ -13,6 +13,6 @@ mod verify;
 pub use config::{SpeculativeConfig, SpeculativeMethod};
 pub use drafter::{Draft, Drafter};
 pub use ngram::PromptLookup;
-pub use speculation::Speculation;
+pub use speculation::{DraftVerdict, SharedAcceptance, Speculation};
 pub use suffix::SuffixIndex;
 pub use verify::{verify, Verdict};

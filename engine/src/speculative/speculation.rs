@@ -12,12 +12,15 @@ use super::suffix::SuffixIndex;
 /// little elsewhere.
 const CONFIDENT_ENTROPY: f32 = 0.5;
 
-/// A draft token's chance of being kept before anything is known about the request.
+/// A draft token's chance of being kept before any request's draft has been verified.
 const PRIOR_ACCEPTANCE: f64 = 0.5;
 /// Weight of the prior in draft tokens, and how fast old verdicts fade: the rate follows a
 /// request that moves from copying to writing within a few drafts.
 const PRIOR_WEIGHT: f64 = 2.0;
 const DECAY: f64 = 0.9;
+/// The engine's pooled rate fades over the last few hundred verified draft tokens of all
+/// requests: the current workload, not one request's last draft.
+const SHARED_DECAY: f64 = 0.99;
 
 /// Kept draft tokens over verified ones, exponentially weighted.
 #[derive(Clone, Copy, Debug)]
@@ -26,13 +29,11 @@ struct AcceptanceRate {
     verified: f64,
 }
 
-impl Default for AcceptanceRate {
-    fn default() -> Self {
-        Self { kept: PRIOR_ACCEPTANCE * PRIOR_WEIGHT, verified: PRIOR_WEIGHT }
-    }
-}
-
 impl AcceptanceRate {
+    fn starting_at(rate: f64) -> Self {
+        Self { kept: rate * PRIOR_WEIGHT, verified: PRIOR_WEIGHT }
+    }
+
     /// The chance that a draft token is kept given the one before it was: each kept token is
     /// a success, the first rejected one a failure, tokens after it were never tried.
     fn rate(&self) -> f64 {
@@ -41,16 +42,50 @@ impl AcceptanceRate {
 
     /// A draft the step had no room for says nothing about acceptance, but a rate so low that
     /// no draft is granted would never be corrected: unverified drafts pull it back toward
-    /// the prior, so the request tries again later.
-    fn relax(&mut self) {
-        self.kept = self.kept * DECAY + (1.0 - DECAY) * PRIOR_ACCEPTANCE * PRIOR_WEIGHT;
+    /// `prior`, so the request tries again later.
+    fn relax(&mut self, prior: f64) {
+        self.kept = self.kept * DECAY + (1.0 - DECAY) * prior * PRIOR_WEIGHT;
         self.verified = self.verified * DECAY + (1.0 - DECAY) * PRIOR_WEIGHT;
     }
 
-    fn observe(&mut self, verified: usize, accepted: usize) {
-        let tried = (accepted + 1).min(verified);
-        self.kept = self.kept * DECAY + accepted as f64;
-        self.verified = self.verified * DECAY + tried as f64;
+    fn observe(&mut self, verdict: DraftVerdict, decay: f64) {
+        let tried = (verdict.accepted + 1).min(verdict.verified);
+        self.kept = self.kept * decay + verdict.accepted as f64;
+        self.verified = self.verified * decay + tried as f64;
+    }
+}
+
+/// How one verified draft went, for the engine's pooled rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DraftVerdict {
+    /// Confident (0) or unsure (1) start; see `CONFIDENT_ENTROPY`.
+    bucket: usize,
+    verified: usize,
+    accepted: usize,
+}
+
+/// Every request's verdicts pooled, per kind of position: the rate a request starts from,
+/// and returns to while the step has no room for its drafts. A request that arrives at a
+/// full batch cannot learn its own rate (a draft at a guessed 0.5 is rarely worth a row
+/// there), but its neighbours' drafts say what this workload's drafts are worth.
+#[derive(Clone, Copy, Debug)]
+pub struct SharedAcceptance {
+    rates: [AcceptanceRate; 2],
+}
+
+impl Default for SharedAcceptance {
+    fn default() -> Self {
+        Self { rates: [AcceptanceRate::starting_at(PRIOR_ACCEPTANCE); 2] }
+    }
+}
+
+impl SharedAcceptance {
+    pub fn record(&mut self, verdict: DraftVerdict) {
+        self.rates[verdict.bucket].observe(verdict, SHARED_DECAY);
+    }
+
+    fn rate(&self, bucket: usize) -> f64 {
+        self.rates[bucket].rate()
     }
 }
 
@@ -58,8 +93,9 @@ pub struct Speculation {
     lookup: PromptLookup,
     method: SpeculativeMethod,
     max_draft: usize,
-    /// By the entropy where the draft starts: confident, then unsure.
-    rates: [AcceptanceRate; 2],
+    /// By the entropy where the draft starts: confident, then unsure. Each starts from the
+    /// engine's pooled rate when the request first drafts there.
+    rates: [Option<AcceptanceRate>; 2],
     /// The bucket of the draft being verified.
     in_flight: Option<usize>,
     /// Whether the last draft was granted rows. The entropy is a pass over the vocabulary (a
@@ -76,7 +112,7 @@ impl Speculation {
             lookup: PromptLookup::new(config.prompt_lookup_min, config.prompt_lookup_max),
             method: config.method,
             max_draft: config.num_speculative_tokens,
-            rates: [AcceptanceRate::default(); 2],
+            rates: [None; 2],
             in_flight: None,
             granted: true,
             last_bucket: 0,
@@ -90,6 +126,7 @@ impl Speculation {
         &mut self,
         token_ids: &[u32],
         suffix: Option<&SuffixIndex>,
+        shared: &SharedAcceptance,
         entropy: impl FnOnce() -> f32,
     ) -> Option<(Vec<u32>, f64)> {
         let mut draft = self.lookup.propose(token_ids, self.max_draft);
@@ -106,20 +143,24 @@ impl Speculation {
         let bucket = if self.granted { usize::from(entropy() >= CONFIDENT_ENTROPY) } else { self.last_bucket };
         self.last_bucket = bucket;
         self.in_flight = Some(bucket);
-        Some((token_ids, self.rates[bucket].rate()))
+        let rate = self.rates[bucket].get_or_insert_with(|| AcceptanceRate::starting_at(shared.rate(bucket)));
+        Some((token_ids, rate.rate()))
     }
 
     /// The verdict on the last draft: `verified` tokens tried (fewer than proposed when the
-    /// step had no room; none when it had none), `accepted` kept.
-    pub fn observe(&mut self, verified: usize, accepted: usize) {
-        if let Some(bucket) = self.in_flight.take() {
-            self.granted = verified > 0;
-            if verified > 0 {
-                self.rates[bucket].observe(verified, accepted);
-            } else {
-                self.rates[bucket].relax();
-            }
+    /// step had no room; none when it had none), `accepted` kept. Returns the verdict for the
+    /// engine's pooled rate when the draft was verified.
+    pub fn observe(&mut self, verified: usize, accepted: usize, shared: &SharedAcceptance) -> Option<DraftVerdict> {
+        let bucket = self.in_flight.take()?;
+        self.granted = verified > 0;
+        let rate = self.rates[bucket].get_or_insert_with(|| AcceptanceRate::starting_at(shared.rate(bucket)));
+        if verified == 0 {
+            rate.relax(shared.rate(bucket));
+            return None;
         }
+        let verdict = DraftVerdict { bucket, verified, accepted };
+        rate.observe(verdict, DECAY);
+        Some(verdict)
     }
 }
 
@@ -127,39 +168,71 @@ impl Speculation {
 mod tests {
     use super::*;
 
+    fn verdict(bucket: usize, verified: usize, accepted: usize) -> DraftVerdict {
+        DraftVerdict { bucket, verified, accepted }
+    }
+
     #[test]
     fn the_rate_counts_the_first_rejection_and_nothing_after_it() {
         let mut rate = AcceptanceRate { kept: 0.0, verified: 0.0 };
-        rate.observe(8, 2);
+        rate.observe(verdict(0, 8, 2), DECAY);
         assert!((rate.rate() - 2.0 / 3.0).abs() < 1e-12);
         let mut all = AcceptanceRate { kept: 0.0, verified: 0.0 };
-        all.observe(4, 4);
+        all.observe(verdict(0, 4, 4), DECAY);
         assert_eq!(all.rate(), 1.0);
         let mut low = AcceptanceRate { kept: 0.0, verified: 10.0 };
         for _ in 0..100 {
-            low.relax();
+            low.relax(0.7);
         }
-        assert!((low.rate() - PRIOR_ACCEPTANCE).abs() < 0.01, "an unverified rate returns to the prior");
+        assert!((low.rate() - 0.7).abs() < 0.01, "an unverified rate returns to the prior");
     }
 
     #[test]
     fn confident_and_unsure_positions_learn_their_own_rates() {
+        let shared = SharedAcceptance::default();
         let mut s = Speculation::new(&SpeculativeConfig::ngram());
         let tokens = [1, 2, 3, 4, 5, 1, 2, 3];
         for _ in 0..10 {
-            assert!(s.propose(&tokens, None, || 0.1).is_some());
-            s.observe(2, 2);
-            assert!(s.propose(&tokens, None, || 2.0).is_some());
-            s.observe(2, 0);
+            assert!(s.propose(&tokens, None, &shared, || 0.1).is_some());
+            s.observe(2, 2, &shared);
+            assert!(s.propose(&tokens, None, &shared, || 2.0).is_some());
+            s.observe(2, 0, &shared);
         }
-        let confident = s.propose(&tokens, None, || 0.1).map(|d| d.1).unwrap();
+        let confident = s.propose(&tokens, None, &shared, || 0.1).map(|d| d.1).unwrap();
         // Not granted: the next draft skips the entropy and keeps the last bucket.
-        s.observe(0, 0);
-        let kept = s.propose(&tokens, None, || panic!("entropy taken for a draft with no room")).map(|d| d.1);
+        assert_eq!(s.observe(0, 0, &shared), None);
+        let kept = s.propose(&tokens, None, &shared, || panic!("entropy taken for a draft with no room")).map(|d| d.1);
         assert!(kept.unwrap() > 0.9);
-        s.observe(3, 3);
-        s.observe(0, 0);
-        let unsure = s.propose(&tokens, None, || 2.0).map(|d| d.1).unwrap();
+        s.observe(3, 3, &shared);
+        s.observe(0, 0, &shared);
+        let unsure = s.propose(&tokens, None, &shared, || 2.0).map(|d| d.1).unwrap();
         assert!(confident > 0.9 && unsure < 0.1, "confident {confident}, unsure {unsure}");
+    }
+
+    #[test]
+    fn a_new_request_starts_from_what_earlier_requests_drafts_were_worth() {
+        let tokens = [1, 2, 3, 4, 5, 1, 2, 3];
+        let mut shared = SharedAcceptance::default();
+        let mut first = Speculation::new(&SpeculativeConfig::ngram());
+        assert_eq!(first.propose(&tokens, None, &shared, || 0.1).map(|d| d.1), Some(PRIOR_ACCEPTANCE));
+        for _ in 0..200 {
+            first.propose(&tokens, None, &shared, || 0.1);
+            let verdict = first.observe(4, 4, &shared).expect("a verified draft has a verdict");
+            shared.record(verdict);
+            first.propose(&tokens, None, &shared, || 2.0);
+            shared.record(first.observe(4, 0, &shared).unwrap());
+        }
+        let mut second = Speculation::new(&SpeculativeConfig::ngram());
+        let confident = second.propose(&tokens, None, &shared, || 0.1).map(|d| d.1).unwrap();
+        assert!(confident > 0.95, "confident positions start at the pooled rate, not the prior: {confident}");
+        // The step never has room: the rate stays where the engine's drafts say it should be.
+        for _ in 0..50 {
+            second.observe(0, 0, &shared);
+            second.propose(&tokens, None, &shared, || unreachable!());
+        }
+        assert!(second.propose(&tokens, None, &shared, || 0.1).map(|d| d.1).unwrap() > 0.95);
+        let mut third = Speculation::new(&SpeculativeConfig::ngram());
+        let unsure = third.propose(&tokens, None, &shared, || 2.0).map(|d| d.1).unwrap();
+        assert!(unsure < 0.05, "unsure positions keep their own pooled rate: {unsure}");
     }
 }
