@@ -110,8 +110,12 @@ impl BlockPool {
         Some(ids)
     }
 
-    /// Drops one reference per block. Walks the table backwards so a sequence's tail
-    /// blocks enter the free queue first and are evicted before its shared prefix.
+    /// Drops one reference per block. A block that no cache entry points to holds nothing
+    /// worth keeping once free (a partial tail, a rolled-back draft's block, a block never
+    /// filled): it goes to the front of the queue, so it is reused before any cached prefix
+    /// is evicted, and the pages in use stay the recently used ones instead of the pool
+    /// cycling through all its memory. Cached blocks go to the back, in LRU order, the table
+    /// walked backwards so a sequence's tail is evicted before its shared prefix.
     pub(crate) fn free(&self, ids: &[BlockId]) {
         let mut inner = self.inner.lock();
         for &id in ids.iter().rev() {
@@ -122,7 +126,11 @@ impl BlockPool {
             }
             block.ref_count -= 1;
             if block.ref_count == 0 {
-                inner.free.push_back(id);
+                if block.hash.is_some() {
+                    inner.free.push_back(id);
+                } else {
+                    inner.free.push_front(id);
+                }
             }
         }
     }
@@ -229,5 +237,22 @@ mod tests {
         assert_eq!(pool.num_cached_blocks(), 0);
         assert_eq!(pool.block(ids[0]).unwrap().hash(), None);
         assert!(pool.allocate(1).is_none());
+    }
+
+    #[test]
+    fn a_free_block_holding_nothing_is_reused_before_a_cached_one_is_evicted() {
+        let pool = BlockPool::new(4, 2, true);
+        let (first, second) = (pool.allocate(2).unwrap(), pool.allocate(1).unwrap());
+        let (h1, h2) = (hash_block_tokens(None, &[1, 2]), hash_block_tokens(None, &[3, 4]));
+        pool.cache_block(0, first[0], h1, None, &[1, 2]);
+        pool.cache_block(0, second[0], h2, None, &[3, 4]);
+        pool.free(&second);
+        // The older request ends later; its uncached tail is the block to give out first.
+        pool.free(&first);
+        let again = pool.allocate(2).unwrap();
+        assert_eq!(again[0], first[1], "the freed uncached block is reused at once");
+        assert_eq!(pool.num_cached_blocks(), 2, "no cached block evicted while an empty one was free");
+        assert_eq!(pool.lookup(0, h1, None, &[1, 2]), Some(first[0]));
+        assert_eq!(pool.lookup(0, h2, None, &[3, 4]), Some(second[0]));
     }
 }

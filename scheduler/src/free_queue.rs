@@ -58,6 +58,24 @@ impl FreeQueue {
         true
     }
 
+    /// Returns false (and changes nothing) for an unknown or already queued id.
+    pub(crate) fn push_front(&mut self, id: BlockId) -> bool {
+        let i = id as usize;
+        if i >= self.queued.len() || self.queued[i] {
+            return false;
+        }
+        self.prev[i] = None;
+        self.next[i] = self.head;
+        match self.head {
+            Some(h) => self.prev[h as usize] = Some(id),
+            None => self.tail = Some(id),
+        }
+        self.head = Some(id);
+        self.queued[i] = true;
+        self.len += 1;
+        true
+    }
+
     pub(crate) fn pop_front(&mut self) -> Option<BlockId> {
         let id = self.head?;
         self.remove(id);
@@ -114,5 +132,10 @@ mod tests {
         assert_eq!(q.len(), 0);
         assert!(q.push_back(2));
         assert_eq!(q.iter().collect::<Vec<_>>(), vec![2]);
+        assert!(q.push_front(1) && !q.push_front(1) && !q.push_front(9));
+        assert!(q.push_back(3) && q.push_front(0));
+        assert_eq!(q.iter().collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+        assert!(q.remove(0) && q.remove(3));
+        assert_eq!((q.pop_front(), q.pop_front(), q.pop_front()), (Some(1), Some(2), None));
     }
 }

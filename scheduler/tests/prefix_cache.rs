@@ -52,7 +52,7 @@ fn sequences_with_a_common_prefix_share_blocks() {
 }
 
 #[test]
-fn cached_blocks_are_evicted_only_when_needed_tails_first() {
+fn cached_blocks_are_evicted_only_when_needed_empty_blocks_then_tails_first() {
     let mut s = Scheduler::new(cached_config(6)).unwrap();
     s.add(with_prefix(1, &[1])).unwrap();
     step(&mut s);
@@ -66,13 +66,19 @@ fn cached_blocks_are_evicted_only_when_needed_tails_first() {
     s.add(NewSequence { id: 2, prompt_token_ids: vec![5; 8], max_tokens: 1, skip_prefix_cache: false }).unwrap();
     s.schedule();
     assert_eq!(s.num_cached_blocks(), 3);
+    let b = s.get(2).unwrap().block_table_ids(0).to_vec();
+    assert_eq!(b[0], a[3], "seq 1's uncached tail is reused before a never-used block");
     s.abort(2);
 
-    // Now the pool must reuse cached blocks: seq 1's uncached tail, then its last prefix block.
-    s.add(NewSequence { id: 3, prompt_token_ids: vec![6; 8], max_tokens: 1, skip_prefix_cache: false }).unwrap();
+    // Blocks that hold nothing cached are reused first, most recently freed first: seq 1's
+    // tail and seq 2's blocks, then the last never-used one; only then is a cached block
+    // evicted, seq 1's last prefix block before the ones in front of it.
+    s.add(NewSequence { id: 3, prompt_token_ids: vec![6; 16], max_tokens: 1, skip_prefix_cache: false }).unwrap();
     s.schedule();
     let c = s.get(3).unwrap().block_table_ids(0).to_vec();
-    assert_eq!(c, vec![a[3], a[2]]);
+    assert_eq!(c[..2], b[..]);
+    assert!(!a.contains(&c[2]) && !b.contains(&c[2]), "the never-used block before any cached one");
+    assert_eq!(c[3], a[2]);
     assert_eq!(s.block(a[2]).unwrap().hash(), None);
     assert_eq!(s.block(a[1]).unwrap().hash(), hashes[1]);
     assert_eq!(s.num_cached_blocks(), 2);
