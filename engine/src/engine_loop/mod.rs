@@ -259,13 +259,20 @@ impl EngineLoop {
         let elapsed = started.elapsed();
         if tracing::enabled!(tracing::Level::TRACE) {
             let decodes = plan.scheduled.iter().filter(|s| s.needs_sample && s.num_query_tokens == 1).count();
+            let draft_rows: usize = plan.scheduled.iter().map(|s| s.num_draft_tokens).sum();
             let chunks: Vec<(u64, usize, usize)> = plan
                 .scheduled
                 .iter()
                 .filter(|s| s.num_query_tokens > 1)
                 .map(|s| (s.seq_id, s.context_len, s.num_query_tokens))
                 .collect();
-            tracing::trace!(ms = elapsed.as_secs_f64() * 1e3, decodes, ?chunks, "step (seq, context, rows)");
+            tracing::trace!(
+                ms = elapsed.as_secs_f64() * 1e3,
+                decodes,
+                draft_rows,
+                ?chunks,
+                "step (seq, context, rows)"
+            );
         }
         self.scheduler.record_step(elapsed);
         self.metrics.steps.fetch_add(1, Ordering::Relaxed);
