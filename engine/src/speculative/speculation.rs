@@ -143,8 +143,7 @@ impl Speculation {
         let bucket = if self.granted { usize::from(entropy() >= CONFIDENT_ENTROPY) } else { self.last_bucket };
         self.last_bucket = bucket;
         self.in_flight = Some(bucket);
-        let rate = self.rates[bucket].get_or_insert_with(|| AcceptanceRate::starting_at(shared.rate(bucket)));
-        Some((token_ids, rate.rate()))
+        Some((token_ids, self.rate(bucket, shared).rate()))
     }
 
     /// The verdict on the last draft: `verified` tokens tried (fewer than proposed when the
@@ -153,7 +152,7 @@ impl Speculation {
     pub fn observe(&mut self, verified: usize, accepted: usize, shared: &SharedAcceptance) -> Option<DraftVerdict> {
         let bucket = self.in_flight.take()?;
         self.granted = verified > 0;
-        let rate = self.rates[bucket].get_or_insert_with(|| AcceptanceRate::starting_at(shared.rate(bucket)));
+        let rate = self.rate(bucket, shared);
         if verified == 0 {
             rate.relax(shared.rate(bucket));
             return None;
@@ -161,6 +160,11 @@ impl Speculation {
         let verdict = DraftVerdict { bucket, verified, accepted };
         rate.observe(verdict, DECAY);
         Some(verdict)
+    }
+
+    /// The request's rate for `bucket`, starting from the engine's pooled one.
+    fn rate(&mut self, bucket: usize, shared: &SharedAcceptance) -> &mut AcceptanceRate {
+        self.rates[bucket].get_or_insert_with(|| AcceptanceRate::starting_at(shared.rate(bucket)))
     }
 }
 
