@@ -91,7 +91,12 @@ pub(crate) fn lane0<S>(row: *const f32, run: &KeyRun<'_, S>, base: usize) -> *co
 /// The order every interleaved-cache kernel follows for a task: score each run into the
 /// task's rows of `num_keys` scores (`scores[(h - h0) * num_keys + j]`), take the attention
 /// metrics when `metrics` gives the head count and padding, softmax, then add each run's values.
-pub(crate) fn score_then_sum<S>(
+///
+/// Runs of a shuffled block table are scattered pages, which the hardware prefetchers do not
+/// follow: each pass asks for the memory of the run `PREFETCH_RUNS` ahead while it works on
+/// this one (its start: see `PREFETCH_SLOTS`), and the score pass's last runs ask for the
+/// first runs' values.
+pub(crate) fn score_then_sum<S: PagedRows>(
     runs: &[KeyRun<'_, S>],
     num_rows: usize,
     num_keys: usize,
@@ -100,13 +105,56 @@ pub(crate) fn score_then_sum<S>(
     mut sum_values: impl FnMut(&KeyRun<'_, S>, &[f32]),
 ) -> Option<AttnMetrics> {
     let mut scores = vec![0f32; num_rows * num_keys];
-    for run in runs {
+    let ahead = |i: usize| i + PREFETCH_RUNS;
+    for (i, run) in runs.iter().enumerate() {
+        match runs.get(ahead(i)) {
+            Some(next) => next.src.prefetch_keys(next.slot, next.len.min(PREFETCH_SLOTS)),
+            None => {
+                if let Some(first) = runs.get(ahead(i) - runs.len()) {
+                    first.src.prefetch_values(first.slot, first.len.min(PREFETCH_SLOTS));
+                }
+            }
+        }
         score(run, &mut scores);
     }
     let metrics = metrics.map(|(num_heads, pad_to)| attention_metrics_padded(&scores, num_heads, num_keys, pad_to));
     softmax_rows(&mut scores, num_keys);
-    for run in runs {
+    for (i, run) in runs.iter().enumerate() {
+        if let Some(next) = runs.get(ahead(i)) {
+            next.src.prefetch_values(next.slot, next.len.min(PREFETCH_SLOTS));
+        }
         sum_values(run, &scores);
     }
     metrics
+}
+
+/// Runs a pass asks the memory for ahead of the one it works on.
+const PREFETCH_RUNS: usize = 2;
+/// Slots of a run asked for ahead: pages that follow each other merge into one long run, which
+/// the hardware prefetchers do follow once it has started.
+const PREFETCH_SLOTS: usize = 2 * SLOT_CHUNK;
+
+/// A cache's pages, which can ask the memory for a run of slots' keys or values ahead of use.
+pub(crate) trait PagedRows {
+    fn prefetch_keys(&self, slot: usize, len: usize);
+    fn prefetch_values(&self, slot: usize, len: usize);
+}
+
+/// Asks for the cache lines of `data[range]` (clamped to `data`) into every cache level.
+#[inline]
+pub(crate) fn prefetch<T>(data: &[T], range: Range<usize>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let end = range.end.min(data.len());
+        let (first, last) = (range.start.min(end), end);
+        let bytes = (last - first) * std::mem::size_of::<T>();
+        let base = data[first..last].as_ptr() as *const i8;
+        for offset in (0..bytes).step_by(64) {
+            // SAFETY: prefetching is a hint that never faults, and `offset` stays inside the
+            // slice anyway.
+            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(base.add(offset)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (data, range);
 }

@@ -6,6 +6,7 @@
 use half::f16;
 use half::vec::HalfBitsVecExt;
 
+use crate::attention_runs::{prefetch, PagedRows};
 use crate::kv_layout::SLOT_CHUNK;
 
 /// K and V of a run of slots (a layer's pages, or one step's rows with row `i` in slot `i`).
@@ -92,6 +93,17 @@ impl F16Slots {
         let at = self.v_at(first, 0, 0);
         let v = self.v[at..at + count * self.row_len].iter().map(|x| x.to_f32()).collect();
         (k, v)
+    }
+}
+
+impl PagedRows for F16Slots {
+    fn prefetch_keys(&self, slot: usize, len: usize) {
+        let chunks = slot / SLOT_CHUNK..(slot + len).div_ceil(SLOT_CHUNK);
+        prefetch(&self.k, chunks.start * SLOT_CHUNK * self.row_len..chunks.end * SLOT_CHUNK * self.row_len);
+    }
+
+    fn prefetch_values(&self, slot: usize, len: usize) {
+        prefetch(&self.v, slot * self.row_len..(slot + len) * self.row_len);
     }
 }
 

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use half::f16;
 use half::vec::HalfBitsVecExt;
 
+use crate::attention_runs::{prefetch, PagedRows};
 use crate::kv_layout::SLOT_CHUNK;
 
 /// Values per scale where a head's width allows it.
@@ -203,6 +204,22 @@ impl Q8Slots {
 }
 
 /// A group's scale and its inverse (both 0 for an all-zero group).
+impl PagedRows for Q8Slots {
+    fn prefetch_keys(&self, slot: usize, len: usize) {
+        let chunks = slot / SLOT_CHUNK..(slot + len).div_ceil(SLOT_CHUNK);
+        prefetch(&self.k, chunks.start * SLOT_CHUNK * self.row_len..chunks.end * SLOT_CHUNK * self.row_len);
+        let groups = self.row_len / self.group;
+        prefetch(&self.k_scales, chunks.start * SLOT_CHUNK * groups..chunks.end * SLOT_CHUNK * groups);
+    }
+
+    fn prefetch_values(&self, slot: usize, len: usize) {
+        prefetch(&self.v, slot * self.row_len..(slot + len) * self.row_len);
+        let chunks = slot / SLOT_CHUNK..(slot + len).div_ceil(SLOT_CHUNK);
+        let groups = self.row_len / self.group;
+        prefetch(&self.v_scales, chunks.start * SLOT_CHUNK * groups..chunks.end * SLOT_CHUNK * groups);
+    }
+}
+
 pub(crate) fn scale_of(values: &[f32]) -> (f32, f32) {
     let max = values.iter().fold(0f32, |m, v| m.max(v.abs()));
     let scale = max / 127.0;
