@@ -51,6 +51,7 @@ impl Harness {
             kv_group_windows: vec![None],
             enable_prefix_caching: false,
             latency_targets: Default::default(),
+            branch_row_share: SchedulerConfig::default().branch_row_share,
         })
         .expect("scheduler");
         scheduler

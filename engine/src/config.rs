@@ -25,6 +25,8 @@ pub struct EngineConfig {
     pub max_num_batched_tokens: usize,
     /// Prefill tokens a step may carry beside decodes (`SchedulerConfig` says why).
     pub max_prefill_tokens_with_decodes: usize,
+    /// Branch continuations' rows beside other requests' (`SchedulerConfig::branch_row_share`).
+    pub branch_row_share: f64,
     pub max_num_seqs: usize,
     /// Context limit; `None` takes the model's own.
     pub max_model_len: Option<usize>,
@@ -68,6 +70,7 @@ impl EngineConfig {
             num_blocks: None,
             max_num_batched_tokens: limits.max_num_batched_tokens,
             max_prefill_tokens_with_decodes: limits.max_prefill_tokens_with_decodes,
+            branch_row_share: limits.branch_row_share,
             max_num_seqs: limits.max_num_seqs,
             max_model_len: None,
             enable_prefix_caching: limits.enable_prefix_caching,

@@ -107,6 +107,7 @@ impl Engine {
             kv_group_windows: kv_groups.windows().to_vec(),
             enable_prefix_caching: config.enable_prefix_caching,
             latency_targets: config.latency_targets,
+            branch_row_share: config.branch_row_share,
         };
         let scheduler = Scheduler::new(limits.clone())?;
         let max_tokens_in_cache = limits.max_tokens_in_cache();

@@ -29,6 +29,12 @@ pub struct SchedulerConfig {
     pub enable_prefix_caching: bool,
     /// TTFT and TPOT targets; off by default (`LatencyTargets`).
     pub latency_targets: LatencyTargets,
+    /// Rows a step gives branch continuations (the children of `fork`), as a share of the rows
+    /// of the other sequences decoding in it, while any of those has never forked (a request
+    /// that does not branch): on a few cores a step costs about in proportion to its rows, so
+    /// this bounds what branching requests cost the others' time per token. At least one
+    /// continuation decodes each step; with only branching requests running, all do.
+    pub branch_row_share: f64,
 }
 
 /// The one default of the limits: `EngineConfig::new` and the CLI's flags take theirs from here.
@@ -49,6 +55,7 @@ impl Default for SchedulerConfig {
             max_model_len: 4096,
             enable_prefix_caching: true,
             latency_targets: LatencyTargets::default(),
+            branch_row_share: 0.15,
         }
     }
 }
@@ -69,6 +76,12 @@ impl SchedulerConfig {
         let targets = [self.latency_targets.ttft, self.latency_targets.tpot];
         if targets.iter().flatten().any(|t| t.is_zero()) {
             return Err(SchedulerError::InvalidConfig("a latency target must be above zero".into()));
+        }
+        if !(self.branch_row_share.is_finite() && self.branch_row_share > 0.0) {
+            return Err(SchedulerError::InvalidConfig(format!(
+                "branch_row_share must be a number above 0, not {}",
+                self.branch_row_share
+            )));
         }
         if self.kv_group_windows.is_empty() || self.kv_group_windows.contains(&Some(0)) {
             return Err(SchedulerError::InvalidConfig(

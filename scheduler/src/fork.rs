@@ -18,6 +18,27 @@ impl Scheduler {
         self.config.max_num_seqs.saturating_sub(self.running.len())
     }
 
+    /// The rows of branch continuations this step may carry (`SchedulerConfig::branch_row_share`),
+    /// counted from the running sequences that decode: unbounded when every one of them has
+    /// forked or is a continuation, since then no request that does not branch is slowed.
+    pub(crate) fn fork_child_rows(&self) -> ForkChildRows {
+        let mut others = 0;
+        let mut bystander = false;
+        for seq in self.running.iter().filter_map(|id| self.sequences.get(id)) {
+            if seq.is_fork_child || seq.is_prefilling() {
+                continue;
+            }
+            others += seq.num_uncomputed_tokens() + seq.scratch_rows;
+            bystander |= !seq.has_forked;
+        }
+        let limit = if bystander {
+            ((self.config.branch_row_share * others as f64).floor() as usize).max(1)
+        } else {
+            usize::MAX
+        };
+        ForkChildRows { limit, used: 0 }
+    }
+
     /// Starts `child` as a copy of `parent`, which must be running with every token computed
     /// (between steps, after its last token's logits were used). The child is the latest
     /// arrival, so it is the first preempted. Returns the block copies the model runner must
@@ -57,7 +78,11 @@ impl Scheduler {
         seq.num_cached_prompt_tokens = p.num_cached_prompt_tokens;
         seq.status = SequenceStatus::Running;
         seq.blocks = Some(blocks);
+        seq.is_fork_child = true;
         self.next_arrival += 1;
+        if let Some(p) = self.sequences.get_mut(&parent) {
+            p.has_forked = true;
+        }
         self.sequences.insert(child, seq);
         self.running.push(child);
         Ok(copies)
@@ -102,5 +127,24 @@ impl Scheduler {
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// What is left of a step's rows for branch continuations, taken in running order (oldest
+/// branch first, so the branch that started first settles first); a continuation ends within
+/// its branch's lookahead, so the ones behind it get their turn.
+pub(crate) struct ForkChildRows {
+    limit: usize,
+    used: usize,
+}
+
+impl ForkChildRows {
+    /// Takes `rows` for a continuation if they fit; the first one always fits.
+    pub(crate) fn take(&mut self, rows: usize) -> bool {
+        if self.used > 0 && self.used + rows > self.limit {
+            return false;
+        }
+        self.used += rows;
+        true
     }
 }

@@ -87,8 +87,13 @@ impl Scheduler {
     /// The work of the running sequences that decode (or only catch up on a few tokens).
     pub(crate) fn decode_work(&self) -> StepWork {
         let mut work = StepWork::default();
+        let mut fork_child_rows = self.fork_child_rows();
         for seq in self.running.iter().filter_map(|id| self.sequences.get(id)).filter(|s| !s.is_prefilling()) {
-            work.add(StepWork::span(seq.num_computed_tokens, seq.num_uncomputed_tokens() + seq.scratch_rows));
+            let rows = seq.num_uncomputed_tokens() + seq.scratch_rows;
+            if seq.is_fork_child && !fork_child_rows.take(rows) {
+                continue;
+            }
+            work.add(StepWork::span(seq.num_computed_tokens, rows));
         }
         work
     }
@@ -142,10 +147,12 @@ impl Scheduler {
     }
 
     /// Serves running decodes (and sequences whose scratch rows come with all their pending
-    /// tokens) in arrival order; returns the running sequences that are prefilling, whose
-    /// share of the step `schedule_prefills` decides.
+    /// tokens) in arrival order, branch continuations within their share of the rows
+    /// (`fork_child_rows`); returns the running sequences that are prefilling, whose share of
+    /// the step `schedule_prefills` decides.
     fn schedule_running(&mut self, budget: &mut StepBudget, out: &mut SchedulerOutput) -> Vec<SeqId> {
         let mut prefilling_ids = Vec::new();
+        let mut fork_child_rows = self.fork_child_rows();
         let mut i = 0;
         while i < self.running.len() && budget.rows() > 0 {
             let id = self.running[i];
@@ -154,6 +161,9 @@ impl Scheduler {
                 continue;
             };
             let (remaining, scratch, prefilling) = (seq.num_uncomputed_tokens(), seq.scratch_rows, seq.is_prefilling());
+            if seq.is_fork_child && !prefilling && remaining > 0 && !fork_child_rows.take(remaining + scratch) {
+                continue;
+            }
             // Scratch rows (MTI's unconditional rows, a WeDLM window) belong with all of the
             // sequence's pending tokens in one span, so they are granted whole or not at all,
             // possibly with no token at all. Rows that could never fit beside the pending

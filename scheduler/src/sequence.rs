@@ -71,6 +71,10 @@ pub struct Sequence {
     /// Draft tokens the last `schedule()` handed out, counted in `num_computed_tokens` until
     /// `accept_draft` says how many were kept.
     pub(crate) num_draft_in_flight: usize,
+    /// A branch continuation (`fork`'s child): it decodes within `branch_row_share`.
+    pub(crate) is_fork_child: bool,
+    /// It has forked: it is a branching request's, so others' continuations may pass it.
+    pub(crate) has_forked: bool,
 }
 
 impl Sequence {
@@ -92,6 +96,8 @@ impl Sequence {
             draft_token_ids: Vec::new(),
             draft_acceptance: 0.0,
             num_draft_in_flight: 0,
+            is_fork_child: false,
+            has_forked: false,
         }
     }
 

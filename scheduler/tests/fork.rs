@@ -115,3 +115,44 @@ fn a_preempted_child_is_adopted_as_a_recompute() {
     assert!(s.waiting_ids().any(|id| id == 1) && s.running_ids().all(|id| id != 1));
     s.check_invariants().unwrap();
 }
+
+#[test]
+fn continuations_decode_within_their_share_while_a_request_that_does_not_branch_runs() {
+    let mut cfg = config(64, 16, 4, 64);
+    cfg.branch_row_share = 0.25;
+    let mut s = Scheduler::new(cfg).unwrap();
+    for id in 1..=9 {
+        s.add(new_seq(id, 6, 50)).unwrap();
+    }
+    for id in 1..=9 {
+        catch_up(&mut s, id);
+    }
+    // Request 9 branches into three continuations beside eight plain requests.
+    for child in 100..103 {
+        s.fork(9, child).unwrap();
+    }
+    let decode_step = |s: &mut Scheduler, pending: &[u64]| {
+        for &id in pending {
+            s.append_token(id, 7).unwrap();
+        }
+        let out = s.schedule();
+        let mut ids: Vec<u64> = out.scheduled.iter().map(|r| r.seq_id).collect();
+        ids.sort_unstable();
+        ids
+    };
+    let plain: Vec<u64> = (1..=9).collect();
+    let all: Vec<u64> = plain.iter().copied().chain(100..103).collect();
+    // Nine other rows: a quarter of them is two rows, taken by the oldest continuations.
+    assert_eq!(decode_step(&mut s, &all), [plain.clone(), vec![100, 101]].concat());
+    // The one left out keeps its token pending and gets its turn when an older one has none.
+    let without_100: Vec<u64> = all.iter().copied().filter(|&id| id != 100 && id != 102).collect();
+    assert_eq!(decode_step(&mut s, &without_100), [plain.clone(), vec![101, 102]].concat());
+    s.check_invariants().unwrap();
+
+    // With only the branching request left, nobody is slowed: every continuation decodes.
+    for id in 1..=8 {
+        s.finish(id, FinishReason::Stop).unwrap();
+    }
+    assert_eq!(decode_step(&mut s, &[9, 100, 101, 102]), vec![9, 100, 101, 102]);
+    s.check_invariants().unwrap();
+}

@@ -69,17 +69,22 @@ fn scheduler_config() -> impl Strategy<Value = SchedulerConfig> {
         Just(vec![Some(6), None, Some(6)]),
         Just(vec![Some(9)]),
     ];
-    (4usize..=12, 1usize..=16, 1usize..=16, 1usize..=6, any::<bool>(), windows).prop_map(
-        |(num_blocks, budget, prefill_cap, max_num_seqs, caching, kv_group_windows)| SchedulerConfig {
-            max_num_batched_tokens: budget,
-            max_prefill_tokens_with_decodes: prefill_cap,
-            max_num_seqs,
-            block_size: 4,
-            num_blocks: num_blocks * kv_group_windows.len(),
-            max_model_len: 44,
-            kv_group_windows,
-            enable_prefix_caching: caching,
-            latency_targets: Default::default(),
+    // Branch continuations get from a sliver of the rows to more than the others have.
+    let branch_row_share = prop_oneof![Just(0.1), Just(0.5), Just(2.0)];
+    (4usize..=12, 1usize..=16, 1usize..=16, 1usize..=6, any::<bool>(), windows, branch_row_share).prop_map(
+        |(num_blocks, budget, prefill_cap, max_num_seqs, caching, kv_group_windows, branch_row_share)| {
+            SchedulerConfig {
+                max_num_batched_tokens: budget,
+                max_prefill_tokens_with_decodes: prefill_cap,
+                max_num_seqs,
+                block_size: 4,
+                num_blocks: num_blocks * kv_group_windows.len(),
+                max_model_len: 44,
+                kv_group_windows,
+                enable_prefix_caching: caching,
+                latency_targets: Default::default(),
+                branch_row_share,
+            }
         },
     )
 }

@@ -72,6 +72,8 @@ fn config_is_validated() {
         SchedulerConfig { max_num_seqs: 0, ..SchedulerConfig::default() },
         SchedulerConfig { max_model_len: 0, ..SchedulerConfig::default() },
         SchedulerConfig { num_blocks: u32::MAX as usize + 1, ..SchedulerConfig::default() },
+        SchedulerConfig { branch_row_share: 0.0, ..SchedulerConfig::default() },
+        SchedulerConfig { branch_row_share: f64::NAN, ..SchedulerConfig::default() },
     ] {
         assert!(matches!(Scheduler::new(broken), Err(SchedulerError::InvalidConfig(_))));
     }

@@ -38,6 +38,9 @@ pub struct BranchingArgs {
     /// The branching requests' `BranchConfig`, as JSON; missing fields keep their defaults.
     #[arg(long, value_name = "JSON")]
     pub branch_config: Option<String>,
+    /// Rows a step gives branch continuations beside the plain requests' (as `serve`'s flag).
+    #[arg(long, default_value_t = entrobatch::scheduler::SchedulerConfig::default().branch_row_share)]
+    pub branch_row_share: f64,
     #[arg(long)]
     pub json: Option<PathBuf>,
 }
@@ -300,6 +303,7 @@ fn branching(args: BranchingArgs) -> Result<()> {
     branch.validate()?;
     let mut engine_config = entrobatch::EngineConfig::new(&model);
     engine_config.max_num_seqs = args.max_num_seqs.max(args.requests).max(1);
+    engine_config.branch_row_share = args.branch_row_share;
     let engine = entrobatch::Engine::start(engine_config)?;
     let config = BranchMixConfig { requests: args.requests, max_tokens: args.output_len, rounds: args.rounds, branch };
     let bar = ProgressBar::new(2 * args.rounds as u64);
@@ -307,15 +311,16 @@ fn branching(args: BranchingArgs) -> Result<()> {
     bar.set_message("half branching vs all plain");
     let report = run(&engine, &config, |_| bar.inc(1))?;
     bar.finish_and_clear();
-    emitln!("| run | seconds | plain TPOT p50 ms | plain TPOT p99 ms | output tok | branch points | extra tok |");
-    emitln!("|---|---:|---:|---:|---:|---:|---:|");
+    emitln!("| run | seconds | plain TPOT p50 ms | plain TPOT p99 ms | other half done p50 s | output tok | branch points | extra tok |");
+    emitln!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in &report.runs {
         let kind = if r.mixed { "half branching" } else { "all plain" };
         emitln!(
-            "| {kind} | {:.2} | {:.1} | {:.1} | {} | {} | {} |",
+            "| {kind} | {:.2} | {:.1} | {:.1} | {:.2} | {} | {} | {} |",
             r.seconds,
             r.plain_tpot_p50_ms,
             r.plain_tpot_p99_ms,
+            r.other_half_done_p50_s,
             r.output_tokens,
             r.branch_points,
             r.branch_extra_tokens

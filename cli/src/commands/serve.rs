@@ -36,6 +36,11 @@ pub struct ServeArgs {
     /// With --tpot-slo-ms the target sizes it instead, from the measured step time.
     #[arg(long, default_value_t = SchedulerConfig::default().max_prefill_tokens_with_decodes)]
     pub max_prefill_tokens_with_decodes: usize,
+    /// Rows a step gives the continuations of branching requests (strategy `branch`), as a
+    /// share of the rows of the other sequences decoding, while a request that does not branch
+    /// is running: bounds what branching costs the others' time per output token.
+    #[arg(long, default_value_t = SchedulerConfig::default().branch_row_share)]
+    pub branch_row_share: f64,
     /// Time-to-first-token target: a request the queue would delay past it is refused at once
     /// with 429 and Retry-After (the estimate counts the wait before its prompt starts, from
     /// the measured step time). A request may send its own `ttft_target_ms`. Off by default.
@@ -100,6 +105,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     config.max_num_seqs = args.max_num_seqs;
     config.max_num_batched_tokens = args.max_num_batched_tokens;
     config.max_prefill_tokens_with_decodes = args.max_prefill_tokens_with_decodes;
+    config.branch_row_share = args.branch_row_share;
     config.latency_targets = LatencyTargets {
         ttft: args.ttft_slo_ms.map(Duration::from_millis),
         tpot: args.tpot_slo_ms.map(Duration::from_millis),

@@ -16,6 +16,7 @@ pub fn config(budget: usize, max_num_seqs: usize, block_size: usize, num_blocks:
         kv_group_windows: vec![None],
         enable_prefix_caching: false,
         latency_targets: Default::default(),
+        branch_row_share: SchedulerConfig::default().branch_row_share,
     }
 }
 
