@@ -123,9 +123,8 @@ fn sum_pairs_avx2(a: &[[u64; 8]], b: &[[u64; 8]]) -> u64 {
     let mut acc = [_mm256_setzero_si256(); 4];
     for (x, y) in a.iter().zip(b) {
         // SAFETY: each line is 64 bytes, two unaligned 32-byte loads.
-        let load = |line: &[u64; 8], half: usize| unsafe {
-            _mm256_loadu_si256(line.as_ptr().add(4 * half) as *const __m256i)
-        };
+        let load =
+            |line: &[u64; 8], half: usize| unsafe { _mm256_loadu_si256(line.as_ptr().add(4 * half) as *const __m256i) };
         acc[0] = _mm256_add_epi64(acc[0], load(x, 0));
         acc[1] = _mm256_add_epi64(acc[1], load(x, 1));
         acc[2] = _mm256_add_epi64(acc[2], load(y, 0));
