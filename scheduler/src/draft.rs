@@ -64,7 +64,9 @@ impl Scheduler {
     /// draft token is worth its row when the tokens it is expected to add per second of the
     /// step's time it costs beat the step's rate so far: at batch 1 a row costs a small part
     /// of a weight-bound step and most drafts go in; at a full batch only near-certain ones do,
-    /// with no threshold to switch on or off at.
+    /// with no threshold to switch on or off at. The step's rate counts every token it
+    /// computes, prompt chunks' too: a draft that lengthens a step carrying prefill delays the
+    /// prompts behind it, and with them the requests that would decode next.
     pub(crate) fn grant_drafts(&mut self, budget: &mut StepBudget, out: &mut SchedulerOutput) {
         let wanted = out.scheduled.iter().any(|row| {
             row.needs_sample
@@ -80,7 +82,8 @@ impl Scheduler {
         for row in &out.scheduled {
             work.add(StepWork::span(row.context_len, row.num_query_tokens + row.scratch_rows));
         }
-        let mut rate = DraftRate::new(model, work, out.scheduled.iter().filter(|r| r.needs_sample).count());
+        let tokens = out.scheduled.iter().map(|r| r.num_query_tokens).sum();
+        let mut rate = DraftRate::new(model, work, tokens);
         for i in 0..out.scheduled.len() {
             let row = out.scheduled[i];
             if !row.needs_sample || row.num_query_tokens == 0 || row.scratch_rows > 0 || budget.rows() == 0 {
@@ -119,9 +122,10 @@ struct DraftRate {
 }
 
 impl DraftRate {
-    fn new(model: Option<CostModel>, work: StepWork, sampling_rows: usize) -> Self {
+    /// `tokens`: the tokens the step computes before drafts (decodes and prompt chunks).
+    fn new(model: Option<CostModel>, work: StepWork, tokens: usize) -> Self {
         let seconds = model.map_or(0.0, |m| m.seconds(work));
-        Self { model, seconds, tokens: sampling_rows as f64 }
+        Self { model, seconds, tokens: tokens as f64 }
     }
 
     /// How many of `cap` draft tokens after `context` tokens are worth their rows, each kept
@@ -146,7 +150,11 @@ impl DraftRate {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::config::SchedulerConfig;
+    use crate::sequence::NewSequence;
 
     fn model(base: f64, per_row: f64) -> CostModel {
         CostModel { base, per_row, per_kilo_key: 0.0 }
@@ -164,6 +172,42 @@ mod tests {
         assert_eq!(full.grant(100, 8, 0.6), 0);
         let mut certain = DraftRate::new(Some(model(0.0095, 0.0005)), StepWork { rows: 64, kilo_keys: 0.0 }, 64);
         assert!(certain.grant(100, 8, 0.99) >= 4, "near-certain drafts still pay at a full batch");
+    }
+
+    /// A scheduler whose step cost is fitted as 6 ms + 0.5 ms a row, with sequence 1 decoding
+    /// a draft of 8 tokens kept with probability `acceptance` each, and, if `prompt_beside`,
+    /// sequence 2's prompt of that length waiting to be prefilled.
+    fn drafting(acceptance: f64, prompt_beside: Option<usize>) -> Scheduler {
+        let config = SchedulerConfig { block_size: 4, num_blocks: 256, ..SchedulerConfig::default() };
+        let mut s = Scheduler::new(config).unwrap();
+        let seq = |id, len| NewSequence { id, prompt_token_ids: vec![7; len], max_tokens: 64, skip_prefix_cache: true };
+        s.add(seq(1, 6)).unwrap();
+        s.schedule();
+        s.append_token(1, 9).unwrap();
+        for i in 0..64 {
+            let rows = 1 + (i * 37) % 120;
+            s.step_cost
+                .observe(StepWork { rows, kilo_keys: 0.0 }, Duration::from_secs_f64(0.006 + 0.0005 * rows as f64));
+        }
+        if let Some(len) = prompt_beside {
+            s.add(seq(2, len)).unwrap();
+        }
+        s.set_draft(1, (10..18).collect(), acceptance).unwrap();
+        s
+    }
+
+    fn drafts_granted(mut s: Scheduler) -> usize {
+        s.schedule().scheduled.iter().map(|r| r.num_draft_tokens).sum()
+    }
+
+    #[test]
+    fn a_step_carrying_prefill_takes_only_the_drafts_that_beat_its_prompt_tokens() {
+        // Alone, the 6.5 ms step makes one token, and likely drafts pay for their rows.
+        assert!(drafts_granted(drafting(0.7, None)) >= 3);
+        // Beside a 64-token chunk of a prompt the step computes 65 tokens in 38.5 ms: a row
+        // whose token is kept 7 times in 10 would slow that work down.
+        assert_eq!(drafts_granted(drafting(0.7, Some(200))), 0);
+        assert!(drafts_granted(drafting(0.999, Some(200))) >= 1, "near-certain drafts still pay");
     }
 
     #[test]
