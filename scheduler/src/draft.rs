@@ -78,11 +78,11 @@ impl Scheduler {
             return;
         }
         let model = self.step_cost.model();
-        let mut work = StepWork::default();
+        let (mut work, mut tokens) = (StepWork::default(), 0);
         for row in &out.scheduled {
             work.add(StepWork::span(row.context_len, row.num_query_tokens + row.scratch_rows));
+            tokens += row.num_query_tokens;
         }
-        let tokens = out.scheduled.iter().map(|r| r.num_query_tokens).sum();
         let mut rate = DraftRate::new(model, work, tokens);
         for i in 0..out.scheduled.len() {
             let row = out.scheduled[i];
