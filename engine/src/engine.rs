@@ -125,7 +125,7 @@ impl Engine {
             config.speculative.clone(),
         );
         let (commands, receiver) = crossbeam_channel::unbounded();
-        let gate = Arc::new(LatencyGate::default());
+        let gate = Arc::new(LatencyGate::new(scheduler.prefix_probe()));
         let method = config.speculative.as_ref().map(|s| s.method);
         let engine_loop =
             EngineLoop::new(scheduler, runner, tokenizer, metrics.clone(), gate.clone(), receiver, method);
@@ -229,17 +229,17 @@ impl Engine {
 
     /// Submits requests `prepare` already checked, as one batch (see `submit_all`).
     pub fn submit_prepared(&self, prepared: Vec<PreparedRequest>) -> Result<Vec<RequestHandle>> {
-        let prompt_lens: Vec<usize> = prepared.iter().map(|r| r.prompt_token_ids.len()).collect();
+        let prompts: Vec<&[u32]> = prepared.iter().map(|r| r.prompt_token_ids.as_slice()).collect();
         let target = prepared.iter().filter_map(|r| r.params.ttft_target_ms).min().map(Duration::from_millis);
         let submitted_at = Instant::now();
         let unadmitted = (self.in_flight() as usize).saturating_sub(self.gate.num_queued());
-        let estimated_waits = match self.gate.check(&prompt_lens, target, unadmitted) {
+        let estimated_waits = match self.gate.check(&prompts, target, unadmitted) {
             Ok(waits) => waits,
             Err(miss) => {
                 self.metrics.requests_rejected.fetch_add(prepared.len() as u64, Ordering::Relaxed);
                 self.metrics.requests_refused_ttft.fetch_add(prepared.len() as u64, Ordering::Relaxed);
                 tracing::debug!(
-                    estimated_wait_ms = miss.estimated_wait.as_millis() as u64,
+                    estimated_ttft_ms = miss.estimated_ttft.as_millis() as u64,
                     target_ms = miss.target.as_millis() as u64,
                     unadmitted,
                     "refused: would miss its TTFT target"

@@ -1,19 +1,25 @@
 //! Admission by TTFT target, on the submitting thread: the loop publishes the queue after
 //! every step (`Scheduler::queue_load`), and `submit` asks the scheduler's rule whether a new
-//! request would wait past its target. A refusal is immediate, so a client (or a balancer) can
+//! request's wait and then its own prefill (what of its prompt the prefix cache does not
+//! hold) would run past its target. A refusal is immediate, so a client (or a balancer) can
 //! go elsewhere while the request could still be served on time.
 
 use std::time::Duration;
 
-use entrobatch_scheduler::{QueueLoad, WouldMissTtft};
+use entrobatch_scheduler::{PrefixProbe, QueueLoad, WouldMissTtft};
 use parking_lot::Mutex;
 
-#[derive(Default)]
 pub(crate) struct LatencyGate {
     load: Mutex<Option<QueueLoad>>,
+    /// What of a prompt is cached: its own prefill is the rest.
+    prefix: PrefixProbe,
 }
 
 impl LatencyGate {
+    pub(crate) fn new(prefix: PrefixProbe) -> Self {
+        Self { load: Mutex::new(None), prefix }
+    }
+
     pub(crate) fn publish(&self, load: QueueLoad) {
         *self.load.lock() = Some(load);
     }
@@ -24,23 +30,25 @@ impl LatencyGate {
     /// prompt's estimated wait where there is one.
     pub(crate) fn check(
         &self,
-        prompt_lens: &[usize],
+        prompts: &[&[u32]],
         target: Option<Duration>,
         unadmitted: usize,
     ) -> Result<Vec<Option<Duration>>, WouldMissTtft> {
-        let guard = self.load.lock();
-        let Some(load) = guard.as_ref() else {
-            return Ok(vec![None; prompt_lens.len()]);
+        // A copy, so the prefix cache is probed without holding up the loop's next publication.
+        let Some(mut load) = self.load.lock().clone() else {
+            return Ok(vec![None; prompts.len()]);
         };
-        let with_target;
-        let load = match target {
-            Some(t) => {
-                with_target = QueueLoad { ttft_target: Some(t), ..load.clone() };
-                &with_target
-            }
-            None => load,
-        };
-        prompt_lens.iter().enumerate().map(|(i, &len)| load.admit(len, unadmitted + i)).collect()
+        if target.is_some() {
+            load.ttft_target = target;
+        }
+        if load.ttft_target.is_none() {
+            return Ok(vec![None; prompts.len()]);
+        }
+        prompts
+            .iter()
+            .enumerate()
+            .map(|(i, prompt)| load.admit(prompt.len(), self.prefix.cached_tokens(prompt), unadmitted + i))
+            .collect()
     }
 
     /// Requests running or waiting at the last publication (what `in_flight` has beyond it

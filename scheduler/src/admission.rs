@@ -4,7 +4,7 @@
 //! a sequence gets is `prefill_order`'s decision, so a short arrival can pass a long prompt
 //! admitted before it without taking its place in the queue for memory.
 
-use crate::prefix_hit::PrefixHit;
+use crate::prefix_hit::{cacheable_blocks, PrefixHit};
 use crate::scheduler::Scheduler;
 use crate::seq_blocks::SeqBlocks;
 use crate::sequence::{SeqId, SequenceStatus};
@@ -29,8 +29,7 @@ impl Scheduler {
             };
             let len = seq.num_tokens();
             let bs = self.config.block_size;
-            // The last token is always recomputed: its logits are needed.
-            let cacheable_blocks = if seq.skip_prefix_cache { 0 } else { len.saturating_sub(1) / bs };
+            let cacheable_blocks = if seq.skip_prefix_cache { 0 } else { cacheable_blocks(len, bs) };
             let windows = &self.config.kv_group_windows;
             let hit = PrefixHit::find(&self.pool, windows, &seq.token_ids, cacheable_blocks);
             let num_cached = hit.num_blocks * bs;

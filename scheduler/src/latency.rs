@@ -5,15 +5,15 @@
 use std::time::Duration;
 
 use crate::prefill_order::is_short;
+use crate::prefix_hit::PrefixProbe;
 use crate::scheduler::Scheduler;
 use crate::step_cost::StepWork;
 
 /// What a deployment promises its clients; both off by default.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LatencyTargets {
-    /// Time to first token. Admission refuses a request whose estimated wait before its prompt
-    /// starts computing exceeds it; its own prefill is not counted, so a prompt too long to
-    /// make the target even on an idle engine is still served when nothing is ahead of it.
+    /// Time to first token. Admission refuses a request whose estimated wait plus its own
+    /// prefill (what of its prompt is not cached) exceeds it (`QueueLoad::admit`).
     pub ttft: Option<Duration>,
     /// Time per output token: the longest a step should take, so prefill beside decodes gets
     /// what the decodes leave of it, and a step of prefill alone no more than the target,
@@ -43,10 +43,11 @@ pub struct QueueLoad {
     pub finish_rate: Option<f64>,
 }
 
-/// Why admission refused: the estimated wait and the target it would miss.
+/// Why admission refused: the estimated time to first token and the target it would miss.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WouldMissTtft {
-    pub estimated_wait: Duration,
+    /// The wait before the prompt starts computing plus its own prefill.
+    pub estimated_ttft: Duration,
     pub target: Duration,
     /// When the queue ahead should have drained enough to make the target (at least 1 s).
     pub retry_after: Duration,
@@ -58,14 +59,10 @@ impl QueueLoad {
     /// fit (a cold engine admits).
     pub fn estimate_wait(&self, prompt_len: usize, unadmitted: usize) -> Option<Duration> {
         let step = self.step?.as_secs_f64();
-        let per_step = self.prefill_per_step.max(1);
-        // Shorter prompts go first; an older, longer one keeps half of each step's prefill, or
-        // of every other step while a short prompt (two steps' worth) waits (`prefill_order`).
+        // Shorter prompts go first.
         let ahead: usize =
             self.prefill_remaining.iter().take_while(|&&r| r <= prompt_len).sum::<usize>() + unadmitted * prompt_len;
-        let share = if is_short(prompt_len, per_step) { per_step.div_ceil(4) } else { per_step.div_ceil(2) };
-        let kept = if self.oldest_remaining > prompt_len { self.oldest_remaining.min(share) } else { 0 };
-        let prefill_steps = ahead.div_ceil((per_step - kept).max(1));
+        let prefill_steps = ahead.div_ceil(self.prefill_tokens_per_step(prompt_len));
         // A slot frees when a running sequence finishes: the k-th soonest can take no longer
         // than its remaining output, and lately they finished at `finish_rate` a second.
         let queued = self.num_waiting + unadmitted + 1;
@@ -89,18 +86,47 @@ impl QueueLoad {
         Some(Duration::from_secs_f64(slot_wait + prefill_steps as f64 * step))
     }
 
-    /// Admits a prompt of `prompt_len` tokens unless its estimated wait exceeds the TTFT target;
-    /// an admitted prompt's estimate is returned (`None` without a target or a fit), so what it
-    /// then waited can be set against it.
-    pub fn admit(&self, prompt_len: usize, unadmitted: usize) -> Result<Option<Duration>, WouldMissTtft> {
-        let (Some(target), Some(wait)) = (self.ttft_target, self.estimate_wait(prompt_len, unadmitted)) else {
+    /// Prefill tokens a step computes for the prompts of `prompt_len` tokens's turn: an older,
+    /// longer prompt keeps half of each step's prefill, or of every other step while a short
+    /// prompt (two steps' worth) waits (`prefill_order`).
+    fn prefill_tokens_per_step(&self, prompt_len: usize) -> usize {
+        let per_step = self.prefill_per_step.max(1);
+        let share = if is_short(prompt_len, per_step) { per_step.div_ceil(4) } else { per_step.div_ceil(2) };
+        let kept = if self.oldest_remaining > prompt_len { self.oldest_remaining.min(share) } else { 0 };
+        (per_step - kept).max(1)
+    }
+
+    /// The steps of a prompt's own prefill once nothing is ahead of it: its uncached tokens,
+    /// the last step of them drawing the first token.
+    fn own_prefill(&self, prompt_len: usize, num_cached: usize) -> Option<Duration> {
+        let uncached = prompt_len.saturating_sub(num_cached).max(1);
+        let steps = uncached.div_ceil(self.prefill_tokens_per_step(prompt_len));
+        Some(self.step? * steps as u32)
+    }
+
+    /// Admits a prompt of `prompt_len` tokens, `num_cached` of them in the prefix cache, unless
+    /// its estimated wait plus its own prefill exceeds the TTFT target. A prompt too long to
+    /// make the target on an idle engine is late anywhere: it is held to the wait alone, since
+    /// refusing it under any load would only starve it. An admitted prompt's estimated wait is
+    /// returned (`None` without a target or a fit), so what it then waited can be set against
+    /// it.
+    pub fn admit(
+        &self,
+        prompt_len: usize,
+        num_cached: usize,
+        unadmitted: usize,
+    ) -> Result<Option<Duration>, WouldMissTtft> {
+        let (Some(target), Some(wait), Some(own)) =
+            (self.ttft_target, self.estimate_wait(prompt_len, unadmitted), self.own_prefill(prompt_len, num_cached))
+        else {
             return Ok(None);
         };
-        if wait <= target {
+        let allowed_wait = target.checked_sub(own).unwrap_or(target);
+        if wait <= allowed_wait {
             return Ok(Some(wait));
         }
-        let retry_after = Duration::from_secs((wait - target).as_secs_f64().ceil().max(1.0) as u64);
-        Err(WouldMissTtft { estimated_wait: wait, target, retry_after })
+        let retry_after = Duration::from_secs((wait - allowed_wait).as_secs_f64().ceil().max(1.0) as u64);
+        Err(WouldMissTtft { estimated_ttft: wait + own, target, retry_after })
     }
 }
 
@@ -115,6 +141,11 @@ impl Scheduler {
             tracing::trace!(rows = work.rows, kilo_keys = work.kilo_keys, ?predicted_ms, elapsed_ms, "step cost");
         }
         self.step_cost.observe(self.last_step_work, elapsed);
+    }
+
+    /// The prefix cache for admission on another thread (a request's own prefill).
+    pub fn prefix_probe(&self) -> PrefixProbe {
+        PrefixProbe::new(self.pool.clone(), self.config.kv_group_windows.clone())
     }
 
     /// The queue now, for admission on another thread.
@@ -184,10 +215,10 @@ mod tests {
     #[test]
     fn an_idle_engine_admits_and_a_cold_one_does_not_guess() {
         assert_eq!(load().estimate_wait(30_000, 0), Some(Duration::ZERO));
-        assert_eq!(load().admit(30_000, 0), Ok(Some(Duration::ZERO)));
+        assert_eq!(load().admit(30_000, 0, 0), Ok(Some(Duration::ZERO)));
         let cold = QueueLoad { step: None, prefill_remaining: vec![1_000_000], ..load() };
         assert_eq!(cold.estimate_wait(10, 0), None);
-        assert_eq!(cold.admit(10, 0), Ok(None));
+        assert_eq!(cold.admit(10, 0, 0), Ok(None));
     }
 
     #[test]
@@ -199,10 +230,10 @@ mod tests {
         assert_eq!(l.estimate_wait(100, 0), Some(ms(300)));
         // A longer prompt also waits for the 30k one, which then has the whole step.
         assert_eq!(l.estimate_wait(40_000, 0), Some(ms(100 * 30_300u64.div_ceil(64))));
-        let refused = l.admit(40_000, 0).unwrap_err();
+        let refused = l.admit(40_000, 0, 0).unwrap_err();
         assert_eq!(refused.target, ms(2000));
         assert!(refused.retry_after >= Duration::from_secs(1));
-        assert!(refused.estimated_wait - refused.target <= refused.retry_after);
+        assert!(refused.estimated_ttft > refused.target + ms(30_300 / 64 * 100));
     }
 
     #[test]
@@ -212,9 +243,26 @@ mod tests {
         assert_eq!(l.estimate_wait(10, 0), Some(ms(4000)));
         let faster = QueueLoad { finish_rate: Some(3.0), ..l.clone() };
         assert_eq!(faster.estimate_wait(10, 0), Some(ms(1000)));
-        assert_eq!(faster.admit(10, 0), Ok(Some(ms(1000))), "an admission carries its estimate");
-        assert!(l.admit(10, 0).is_err());
+        assert_eq!(faster.admit(10, 0, 0), Ok(Some(ms(1000))), "an admission carries its estimate");
+        assert!(l.admit(10, 0, 0).is_err());
         // Requests submitted since the snapshot count as queued ahead.
-        assert!(faster.admit(10, 4).is_err());
+        assert!(faster.admit(10, 0, 4).is_err());
+    }
+
+    #[test]
+    fn a_prompt_that_can_make_the_target_must_make_it_with_its_own_prefill() {
+        // 1,800 ms of shorter prompts ahead (18 of one step each), then 200 tokens of its own:
+        // 4 more steps.
+        let l = QueueLoad { prefill_remaining: vec![64; 18], ..load() };
+        assert_eq!(l.estimate_wait(1_000, 0), Some(ms(1800)));
+        let refused = l.admit(200, 0, 0).unwrap_err();
+        assert_eq!(refused.estimated_ttft, ms(2200));
+        assert_eq!(refused.retry_after, Duration::from_secs(1));
+        // The same prompt with 192 tokens in the prefix cache computes one step of its own.
+        assert_eq!(l.admit(200, 192, 0), Ok(Some(ms(1800))));
+        // A prompt no idle engine serves within the target is held to its wait alone.
+        assert_eq!(l.admit(25_000, 0, 0), Ok(Some(ms(1800))));
+        let longer_queue = QueueLoad { prefill_remaining: vec![64; 21], ..load() };
+        assert!(longer_queue.admit(25_000, 0, 0).is_err());
     }
 }

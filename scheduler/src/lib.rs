@@ -40,6 +40,7 @@ pub use error::{NeverFitsReason, SchedulerError};
 pub use latency::{LatencyTargets, QueueLoad, WouldMissTtft};
 pub use output::{ScheduledSequence, SchedulerOutput};
 pub use prefix_hash::{hash_block_tokens, BlockHash, PrefixCacheStats};
+pub use prefix_hit::PrefixProbe;
 pub use scheduler::Scheduler;
 pub use sequence::{Appended, FinishReason, NewSequence, SeqId, Sequence, SequenceStatus};
 pub use step_cost::{CostModel, StepCost, StepWork};

@@ -10,6 +10,34 @@ use crate::block_pool::BlockPool;
 use crate::block_table::first_needed_block;
 use crate::prefix_hash::{hash_block_tokens, BlockHash};
 
+/// The prefix cache as another thread sees it: how much of a prompt is cached now. Admission
+/// estimates a request's own prefill from it on the submitting thread; the hit may be evicted
+/// before the request is admitted, so it is an estimate, never a promise.
+#[derive(Clone)]
+pub struct PrefixProbe {
+    pool: BlockPool,
+    windows: Vec<Option<usize>>,
+}
+
+impl PrefixProbe {
+    pub(crate) fn new(pool: BlockPool, windows: Vec<Option<usize>>) -> Self {
+        Self { pool, windows }
+    }
+
+    /// Leading tokens of `token_ids` whose KV is cached (whole blocks; never the last token,
+    /// which is always computed for its logits, as at admission).
+    pub fn cached_tokens(&self, token_ids: &[u32]) -> usize {
+        let bs = self.pool.block_size();
+        PrefixHit::find(&self.pool, &self.windows, token_ids, cacheable_blocks(token_ids.len(), bs)).num_blocks * bs
+    }
+}
+
+/// Full blocks of a sequence of `len` tokens a prefix-cache hit may cover: the last token is
+/// always computed, since its logits are needed.
+pub(crate) fn cacheable_blocks(len: usize, block_size: usize) -> usize {
+    len.saturating_sub(1) / block_size
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct PrefixHit {
     /// Leading full blocks of the sequence whose KV every group has cached.

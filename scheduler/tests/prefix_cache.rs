@@ -140,3 +140,31 @@ fn a_sequence_that_skips_the_prefix_cache_computes_its_whole_prompt() {
     assert_eq!(s.get(2).unwrap().num_cached_prompt_tokens(), 0);
     s.check_invariants().unwrap();
 }
+
+#[test]
+fn the_prefix_probe_sees_what_admission_would_hit() {
+    let mut s = Scheduler::new(cached_config(16)).unwrap();
+    let probe = s.prefix_probe();
+    let prompt = with_prefix(1, &[1]).prompt_token_ids;
+    assert_eq!(probe.cached_tokens(&prompt), 0, "nothing computed yet");
+    s.add(with_prefix(1, &[1])).unwrap();
+    step(&mut s);
+    // Computed blocks are registered once their step is committed, at the next schedule.
+    step(&mut s);
+    // Another thread's view: the three shared blocks, never the block holding the last token.
+    let from_another_thread = std::thread::spawn({
+        let probe = probe.clone();
+        move || {
+            (
+                probe.cached_tokens(&with_prefix(2, &[2, 2]).prompt_token_ids),
+                probe.cached_tokens(&(100..112).collect::<Vec<u32>>()),
+            )
+        }
+    });
+    assert_eq!(from_another_thread.join().unwrap(), (12, 8));
+    assert_eq!(probe.cached_tokens(&[7; 20]), 0, "another prompt hits nothing");
+    // Admission agrees: the second prompt computes only what the probe did not find.
+    s.add(with_prefix(2, &[2, 2])).unwrap();
+    let out = step(&mut s);
+    assert!(out.scheduled.iter().any(|r| r.seq_id == 2 && r.context_len == 12 && r.num_query_tokens == 2));
+}
