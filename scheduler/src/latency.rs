@@ -86,9 +86,9 @@ impl QueueLoad {
         Some(Duration::from_secs_f64(slot_wait + prefill_steps as f64 * step))
     }
 
-    /// Prefill tokens a step computes for the prompts of `prompt_len` tokens's turn: an older,
-    /// longer prompt keeps half of each step's prefill, or of every other step while a short
-    /// prompt (two steps' worth) waits (`prefill_order`).
+    /// Prefill tokens a step computes for a prompt of `prompt_len` tokens once its turn comes:
+    /// an older, longer prompt keeps half of each step's prefill, or of every other step while
+    /// a short prompt (two steps' worth) waits (`prefill_order`).
     fn prefill_tokens_per_step(&self, prompt_len: usize) -> usize {
         let per_step = self.prefill_per_step.max(1);
         let share = if is_short(prompt_len, per_step) { per_step.div_ceil(4) } else { per_step.div_ceil(2) };
