@@ -229,7 +229,8 @@ impl Engine {
 
     /// Submits requests `prepare` already checked, as one batch (see `submit_all`).
     pub fn submit_prepared(&self, prepared: Vec<PreparedRequest>) -> Result<Vec<RequestHandle>> {
-        let prompts: Vec<&[u32]> = prepared.iter().map(|r| r.prompt_token_ids.as_slice()).collect();
+        let prompts: Vec<(&[u32], bool)> =
+            prepared.iter().map(|r| (r.prompt_token_ids.as_slice(), r.skips_prefix_cache())).collect();
         let target = prepared.iter().filter_map(|r| r.params.ttft_target_ms).min().map(Duration::from_millis);
         let submitted_at = Instant::now();
         let unadmitted = (self.in_flight() as usize).saturating_sub(self.gate.num_queued());

@@ -24,13 +24,14 @@ impl LatencyGate {
         *self.load.lock() = Some(load);
     }
 
-    /// Checks each prompt of a batch in turn, counting the ones before it and the
-    /// `unadmitted` requests submitted since the last publication as queued ahead of it.
+    /// Checks each prompt of a batch (its tokens, and whether it skips the prefix cache) in
+    /// turn, counting the ones before it and the `unadmitted` requests submitted since the
+    /// last publication as queued ahead of it.
     /// `target` overrides the server's TTFT target for these requests. Returns each admitted
     /// prompt's estimated wait where there is one.
     pub(crate) fn check(
         &self,
-        prompts: &[&[u32]],
+        prompts: &[(&[u32], bool)],
         target: Option<Duration>,
         unadmitted: usize,
     ) -> Result<Vec<Option<Duration>>, WouldMissTtft> {
@@ -47,7 +48,10 @@ impl LatencyGate {
         prompts
             .iter()
             .enumerate()
-            .map(|(i, prompt)| load.admit(prompt.len(), self.prefix.cached_tokens(prompt), unadmitted + i))
+            .map(|(i, &(prompt, skips_cache))| {
+                let cached = if skips_cache { 0 } else { self.prefix.cached_tokens(prompt) };
+                load.admit(prompt.len(), cached, unadmitted + i)
+            })
             .collect()
     }
 

@@ -92,10 +92,10 @@ impl Admission {
     /// Hands a request to the scheduler; one it refuses ends at once with its error.
     fn admit_now(&self, req: PendingRequest, live: &mut Live<'_>) {
         let PendingRequest { id, request, sender, in_flight, submitted_at, estimated_wait } = req;
+        let skip_prefix_cache = request.skips_prefix_cache();
         let PreparedRequest { prompt_token_ids, params, strategy, constraint, seed, speculation } = request;
         let num_prompt = prompt_token_ids.len();
         let max_tokens = params.scheduled_max_tokens();
-        let skip_prefix_cache = params.prompt_logprobs.is_some();
         let eos = self.eos_token_ids.clone();
         let mut state = RequestState::new(params, seed, num_prompt, sender, eos, strategy, in_flight);
         state.constraint = constraint;

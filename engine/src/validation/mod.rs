@@ -47,6 +47,11 @@ impl PreparedRequest {
     pub fn params(&self) -> &GenerationParams {
         &self.params
     }
+
+    /// Prompt logprobs need every prompt row's logits, so such a prompt is computed whole.
+    pub(crate) fn skips_prefix_cache(&self) -> bool {
+        self.params.prompt_logprobs.is_some()
+    }
 }
 
 impl std::fmt::Debug for PreparedRequest {
