@@ -35,16 +35,17 @@ impl LatencyGate {
         target: Option<Duration>,
         unadmitted: usize,
     ) -> Result<Vec<Option<Duration>>, WouldMissTtft> {
-        // A copy, so the prefix cache is probed without holding up the loop's next publication.
-        let Some(mut load) = self.load.lock().clone() else {
-            return Ok(vec![None; prompts.len()]);
+        // Copied only when a target applies, so the prefix cache is probed without holding up
+        // the loop's next publication, and a server without targets copies nothing.
+        let load = {
+            let guard = self.load.lock();
+            match guard.as_ref() {
+                Some(load) if target.or(load.ttft_target).is_some() => {
+                    QueueLoad { ttft_target: target.or(load.ttft_target), ..load.clone() }
+                }
+                _ => return Ok(vec![None; prompts.len()]),
+            }
         };
-        if target.is_some() {
-            load.ttft_target = target;
-        }
-        if load.ttft_target.is_none() {
-            return Ok(vec![None; prompts.len()]);
-        }
         prompts
             .iter()
             .enumerate()
