@@ -19,8 +19,8 @@ pub(crate) struct PendingRequest {
     /// Held until the request's `Finished` event is sent.
     pub(crate) in_flight: InFlightPermit,
     pub(crate) submitted_at: Instant,
-    /// What admission expected it to wait before its first step, when it had a TTFT target.
-    pub(crate) estimated_wait: Option<Duration>,
+    /// The TTFT admission expected for it, when it had a TTFT target.
+    pub(crate) estimated_ttft: Option<Duration>,
 }
 
 pub(crate) enum Command {

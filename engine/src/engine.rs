@@ -12,7 +12,7 @@ use entrobatch_model_runner::{
     load_model, ChatTemplate, KvCache, KvDtype, KvGroups, MatmulMode, ModelConfig, ModelRunner, Tokenizer,
     WeightFootprint,
 };
-use entrobatch_scheduler::{Scheduler, SchedulerConfig};
+use entrobatch_scheduler::{Scheduler, SchedulerConfig, WouldMissTtft};
 use parking_lot::Mutex;
 
 use crate::command::{Command, PendingRequest};
@@ -234,8 +234,8 @@ impl Engine {
         let target = prepared.iter().filter_map(|r| r.params.ttft_target_ms).min().map(Duration::from_millis);
         let submitted_at = Instant::now();
         let unadmitted = (self.in_flight() as usize).saturating_sub(self.gate.num_queued());
-        let estimated_waits = match self.gate.check(&prompts, target, unadmitted) {
-            Ok(waits) => waits,
+        let estimated_ttfts = match self.gate.check(&prompts, target, unadmitted) {
+            Ok(ttfts) => ttfts,
             Err(miss) => {
                 self.metrics.requests_rejected.fetch_add(prepared.len() as u64, Ordering::Relaxed);
                 self.metrics.requests_refused_ttft.fetch_add(prepared.len() as u64, Ordering::Relaxed);
@@ -256,11 +256,11 @@ impl Engine {
         };
         let mut pending = Vec::with_capacity(prepared.len());
         let mut handles = Vec::with_capacity(prepared.len());
-        for ((request, in_flight), estimated_wait) in prepared.into_iter().zip(permits).zip(estimated_waits) {
+        for ((request, in_flight), estimated_ttft) in prepared.into_iter().zip(permits).zip(estimated_ttfts) {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let (sender, events) = tokio::sync::mpsc::unbounded_channel();
             handles.push(RequestHandle::new(id, request.prompt_token_ids.clone(), events, self.commands.clone()));
-            pending.push(PendingRequest { id, request, sender, in_flight, submitted_at, estimated_wait });
+            pending.push(PendingRequest { id, request, sender, in_flight, submitted_at, estimated_ttft });
         }
         // A batch the loop can no longer take drops here with its permits, freeing their slots.
         if self.commands.send(Command::Submit(pending)).is_err() {
@@ -290,11 +290,11 @@ impl Engine {
         (self.max_queued_requests != usize::MAX).then_some(self.max_queued_requests)
     }
 
-    /// The estimated wait before a new short request's prompt starts computing, beside the
-    /// TTFT target, when a target is set and the engine has measured its steps.
-    pub fn estimated_wait(&self) -> Option<(Duration, Duration)> {
+    /// Why a short request submitted now would be refused under the server's TTFT target
+    /// (`submit`'s own rule), when a target is set and the engine has measured its steps.
+    pub fn short_request_refusal(&self) -> Option<WouldMissTtft> {
         let unadmitted = (self.in_flight() as usize).saturating_sub(self.gate.num_queued());
-        self.gate.estimated_wait(unadmitted)
+        self.gate.short_prompt_refusal(unadmitted)
     }
 
     /// Stops the loop thread; safe to call more than once.

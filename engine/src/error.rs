@@ -25,8 +25,8 @@ pub enum EngineError {
     QueueFull(usize),
     /// Admission estimated the request would wait past its time-to-first-token target.
     #[error(
-        "the first token would come about {} ms after the request (the queue ahead, then its own prompt), past the {} ms TTFT target; retry in {} s or at another replica",
-        .0.estimated_ttft.as_millis(), .0.target.as_millis(), .0.retry_after.as_secs()
+        "the first token would come about {} ms after the request (the queue ahead, then its own prompt); a {} ms TTFT target admits up to {} ms, keeping the rest for the estimate's error; retry in {} s or at another replica",
+        .0.estimated_ttft.as_millis(), .0.target.as_millis(), .0.admitted_up_to.as_millis(), .0.retry_after.as_secs()
     )]
     WouldMissTtft(entrobatch_scheduler::WouldMissTtft),
     /// The model runner's errors name their subject ("model file X: ...", "unsupported

@@ -28,7 +28,7 @@ impl LatencyGate {
     /// turn, counting the ones before it and the `unadmitted` requests submitted since the
     /// last publication as queued ahead of it.
     /// `target` overrides the server's TTFT target for these requests. Returns each admitted
-    /// prompt's estimated wait where there is one.
+    /// prompt's estimated TTFT where there is one.
     pub(crate) fn check(
         &self,
         prompts: &[(&[u32], bool)],
@@ -62,10 +62,10 @@ impl LatencyGate {
         self.load.lock().as_ref().map_or(0, |l| l.running_max_remaining.len() + l.num_waiting)
     }
 
-    /// The estimated wait of a short prompt now and the server's target, if both are known.
-    pub(crate) fn estimated_wait(&self, unadmitted: usize) -> Option<(Duration, Duration)> {
+    /// Why a one-token prompt would be refused now under the server's TTFT target, if it
+    /// would be.
+    pub(crate) fn short_prompt_refusal(&self, unadmitted: usize) -> Option<WouldMissTtft> {
         let guard = self.load.lock();
-        let load = guard.as_ref()?;
-        Some((load.estimate_wait(1, unadmitted)?, load.ttft_target?))
+        guard.as_ref()?.admit(1, 0, unadmitted).err()
     }
 }

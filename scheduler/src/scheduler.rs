@@ -99,7 +99,8 @@ impl Scheduler {
     }
 
     /// The prefill a step may carry beside `decodes`. With a TPOT target and a fitted step
-    /// cost, prefill gets the time the target leaves once the decodes are paid for, each row
+    /// cost, prefill gets the time the step budget (`LatencyTargets::step_budget`, under the target)
+    /// leaves once the decodes are paid for, each row
     /// priced at its depth in its context (`PrefillAllowance::Seconds`), in a step without
     /// decodes too: a request arriving during a step waits for it, and a whole budget of rows
     /// deep in a long prompt is seconds on a few cores, so an unbounded prefill-only step is
@@ -109,9 +110,9 @@ impl Scheduler {
     pub(crate) fn prefill_allowance(&self, decodes: StepWork) -> PrefillAllowance {
         let rows = self.config.max_num_batched_tokens;
         let free = rows.saturating_sub(decodes.rows);
-        match (self.config.latency_targets.tpot, self.step_cost.model()) {
-            (Some(tpot), Some(model)) => PrefillAllowance::Seconds {
-                left: (tpot.as_secs_f64() - model.seconds(decodes)).max(0.0),
+        match (self.config.latency_targets.step_budget(), self.step_cost.model()) {
+            (Some(budget), Some(model)) => PrefillAllowance::Seconds {
+                left: (budget.as_secs_f64() - model.seconds(decodes)).max(0.0),
                 model,
                 max_tokens: free,
                 min_tokens: self.config.block_size.min(free),
@@ -124,11 +125,11 @@ impl Scheduler {
     /// The most sequences that may run: `max_num_seqs`, or fewer when a TPOT target and the
     /// fitted step cost say that decoding more at once (each a row at its context, beside a
     /// block of prefill for the shortest and the oldest prompt, or half the target's time if
-    /// that is less) would take a step past the target. Never under one, and never under those
+    /// that is less) would take a step past the step budget. Never under one, and never under those
     /// already running.
     pub(crate) fn tpot_seq_limit(&self) -> usize {
         let max = self.config.max_num_seqs;
-        let (Some(tpot), Some(model)) = (self.config.latency_targets.tpot, self.step_cost.model()) else {
+        let (Some(budget), Some(model)) = (self.config.latency_targets.step_budget(), self.step_cost.model()) else {
             return max;
         };
         let seqs: Vec<&Sequence> = self.running.iter().filter_map(|id| self.sequences.get(id)).collect();
@@ -138,7 +139,7 @@ impl Scheduler {
         // beyond the base: where a row of prefill costs as much as several decodes (a larger
         // model on few cores), two blocks of it alone can reach the target, and reserving all
         // of it would leave one sequence decoding and refuse everyone else.
-        let above_base = tpot.as_secs_f64() - model.base;
+        let above_base = budget.as_secs_f64() - model.base;
         let floor = model.chunk_seconds(mean_context, 2 * self.config.block_size).min(above_base / 2.0);
         let spare = above_base - floor;
         let per_seq = model.chunk_seconds(mean_context, 1);

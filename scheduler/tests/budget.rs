@@ -313,11 +313,12 @@ fn a_tpot_target_also_bounds_a_step_of_prefill_alone() {
 /// the oldest prompt), and the rest wait their turn instead of slowing everyone down.
 #[test]
 fn a_tpot_target_caps_how_many_sequences_decode_at_once() {
-    // 100 ms - 10 ms - two blocks of prefill (8 rows, 40 ms) leaves 50 ms: 10 rows at 5 ms.
-    assert_eq!(most_decoding_at_once(4), 10);
-    // Two blocks of 16 rows (160 ms) would fill the target by themselves: they keep no more than
-    // half of the 90 ms above the base, and decodes get the other 45 ms: 9 rows.
-    assert_eq!(most_decoding_at_once(16), 9);
+    // Steps are planned to 90 ms of the 100 ms target: 90 - 10 ms - two blocks of prefill (8
+    // rows, 40 ms) leaves 40 ms: 8 rows at 5 ms.
+    assert_eq!(most_decoding_at_once(4), 8);
+    // Two blocks of 16 rows (160 ms) would fill the budget by themselves: they keep no more than
+    // half of the 80 ms above the base, and decodes get the other 40 ms: 8 rows.
+    assert_eq!(most_decoding_at_once(16), 8);
 }
 
 /// The most sequences running at once in the first 20 steps after 30 short requests arrive,

@@ -42,12 +42,13 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = SchedulerConfig::default().branch_row_share)]
     pub branch_row_share: f64,
     /// Time-to-first-token target: a request the queue would delay past it is refused at once
-    /// with 429 and Retry-After (the estimate counts the wait before its prompt starts, from
-    /// the measured step time). A request may send its own `ttft_target_ms`. Off by default.
+    /// with 429 and Retry-After (the estimate counts the wait before its prompt starts and its
+    /// own prefill, from the measured step time, and is held to four fifths of the target to
+    /// cover its error). A request may send its own `ttft_target_ms`. Off by default.
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub ttft_slo_ms: Option<u64>,
     /// Time-per-output-token target: a step carries as many prefill tokens as the measured step
-    /// time allows within it beside its decodes (at least one block), a step with no decodes
+    /// time allows within nine tenths of it beside its decodes (at least one block), a step with no decodes
     /// too, since a request arriving during a step waits for it. Off by default.
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub tpot_slo_ms: Option<u64>,

@@ -91,7 +91,7 @@ impl Admission {
 
     /// Hands a request to the scheduler; one it refuses ends at once with its error.
     fn admit_now(&self, req: PendingRequest, live: &mut Live<'_>) {
-        let PendingRequest { id, request, sender, in_flight, submitted_at, estimated_wait } = req;
+        let PendingRequest { id, request, sender, in_flight, submitted_at, estimated_ttft } = req;
         let skip_prefix_cache = request.skips_prefix_cache();
         let PreparedRequest { prompt_token_ids, params, strategy, constraint, seed, speculation } = request;
         let num_prompt = prompt_token_ids.len();
@@ -100,7 +100,7 @@ impl Admission {
         let mut state = RequestState::new(params, seed, num_prompt, sender, eos, strategy, in_flight);
         state.constraint = constraint;
         state.speculation = speculation;
-        state.times = RequestTimes::new(submitted_at).with_estimated_wait(estimated_wait);
+        state.times = RequestTimes::new(submitted_at).with_estimated_ttft(estimated_ttft);
         let new_seq = NewSequence { id, prompt_token_ids, max_tokens, skip_prefix_cache };
         match live.scheduler.add(new_seq) {
             Ok(()) => {

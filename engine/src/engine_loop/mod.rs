@@ -476,12 +476,12 @@ impl EngineLoop {
             self.metrics.requests_finished[reason.index()].fetch_add(1, Ordering::Relaxed);
             let generated = counts.completion_tokens;
             self.metrics.requests.observe_finished(&state.times, Instant::now(), state.num_prompt_tokens, generated);
-            if let Some((estimated, waited)) = state.times.queue_time_against_estimate() {
+            if let Some((estimated, ttft)) = state.times.ttft_against_estimate() {
                 tracing::debug!(
                     request = id,
                     estimated_ms = estimated.as_millis() as u64,
-                    waited_ms = waited.as_millis() as u64,
-                    "queue time against admission's estimate"
+                    ttft_ms = ttft.as_millis() as u64,
+                    "TTFT against admission's estimate"
                 );
             }
             // Whoever sees the final event may read the gauges: they must already show the

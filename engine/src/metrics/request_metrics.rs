@@ -14,8 +14,8 @@ pub struct RequestTimes {
     scheduled_at: Option<Instant>,
     first_token_at: Option<Instant>,
     last_token_at: Option<Instant>,
-    /// Admission's estimate of the queue time, when a TTFT target made it estimate.
-    estimated_wait: Option<Duration>,
+    /// Admission's estimate of the TTFT, when a TTFT target made it estimate.
+    estimated_ttft: Option<Duration>,
 }
 
 /// Latencies of one appended token, for the TTFT and inter-token histograms.
@@ -26,17 +26,17 @@ pub struct TokenTiming {
 
 impl RequestTimes {
     pub fn new(submitted_at: Instant) -> Self {
-        Self { submitted_at, scheduled_at: None, first_token_at: None, last_token_at: None, estimated_wait: None }
+        Self { submitted_at, scheduled_at: None, first_token_at: None, last_token_at: None, estimated_ttft: None }
     }
 
-    pub fn with_estimated_wait(self, estimated_wait: Option<Duration>) -> Self {
-        Self { estimated_wait, ..self }
+    pub fn with_estimated_ttft(self, estimated_ttft: Option<Duration>) -> Self {
+        Self { estimated_ttft, ..self }
     }
 
-    /// Admission's estimated queue time beside the one the request had, once it was scheduled.
-    pub fn queue_time_against_estimate(&self) -> Option<(Duration, Duration)> {
-        let scheduled = self.scheduled_at?;
-        Some((self.estimated_wait?, scheduled.saturating_duration_since(self.submitted_at)))
+    /// Admission's estimated TTFT beside the one the request had, once it had a first token.
+    pub fn ttft_against_estimate(&self) -> Option<(Duration, Duration)> {
+        let first_token = self.first_token_at?;
+        Some((self.estimated_ttft?, first_token.saturating_duration_since(self.submitted_at)))
     }
 
     /// The first step that runs the request ends its queueing; a preemption does not restart it.
@@ -62,9 +62,10 @@ fn secs(from: Instant, to: Instant) -> f64 {
 pub struct RequestMetrics {
     pub e2e_latency: Histogram,
     pub queue_time: Histogram,
-    /// Admission's estimate of `queue_time`, for the requests it estimated; the two side by
-    /// side say whether a TTFT target refuses too much or too little.
-    pub queue_time_estimated: Histogram,
+    /// Admission's estimate of the time to first token, for the requests it estimated; beside
+    /// `entrobatch_time_to_first_token_seconds` it says whether a TTFT target refuses too much
+    /// or too little.
+    pub ttft_estimated: Histogram,
     pub prefill_time: Histogram,
     pub decode_time: Histogram,
     pub inference_time: Histogram,
@@ -79,7 +80,7 @@ impl Default for RequestMetrics {
         Self {
             e2e_latency: request(),
             queue_time: request(),
-            queue_time_estimated: request(),
+            ttft_estimated: request(),
             prefill_time: request(),
             decode_time: request(),
             inference_time: request(),
@@ -98,8 +99,8 @@ impl RequestMetrics {
         self.generation_tokens.observe(generated as f64);
         let Some(scheduled) = times.scheduled_at else { return };
         self.queue_time.observe(secs(times.submitted_at, scheduled));
-        if let Some(estimate) = times.estimated_wait {
-            self.queue_time_estimated.observe(estimate.as_secs_f64());
+        if let Some(estimate) = times.estimated_ttft {
+            self.ttft_estimated.observe(estimate.as_secs_f64());
         }
         let (Some(first), Some(last)) = (times.first_token_at, times.last_token_at) else { return };
         self.prefill_time.observe(secs(scheduled, first));
@@ -116,9 +117,9 @@ impl RequestMetrics {
             ("e2e_request_latency_seconds", "Time from submit to the request's end.", &self.e2e_latency),
             ("request_queue_time_seconds", "Time from submit to the first step that ran it.", &self.queue_time),
             (
-                "request_queue_time_estimated_seconds",
-                "Admission's estimate of the queue time, for requests admitted under a TTFT target.",
-                &self.queue_time_estimated,
+                "request_time_to_first_token_estimated_seconds",
+                "Admission's estimate of the time to first token, for requests admitted under a TTFT target.",
+                &self.ttft_estimated,
             ),
             ("request_prefill_time_seconds", "Time from the first step to the first token.", &self.prefill_time),
             ("request_decode_time_seconds", "Time from the first token to the last.", &self.decode_time),
@@ -167,24 +168,26 @@ mod tests {
         let m = RequestMetrics::default();
         m.observe_finished(&RequestTimes::new(t0), at(50), 4, 0);
         assert_eq!((m.e2e_latency.count(), m.queue_time.count(), m.prefill_time.count()), (1, 0, 0));
-        assert_eq!(m.queue_time_estimated.count(), 0);
+        assert_eq!(m.ttft_estimated.count(), 0);
     }
 
     #[test]
-    fn admissions_estimate_sits_beside_the_queue_time_it_estimated() {
+    fn admissions_estimate_sits_beside_the_ttft_it_estimated() {
         let t0 = Instant::now();
-        let mut times = RequestTimes::new(t0).with_estimated_wait(Some(Duration::from_millis(250)));
-        assert_eq!(times.queue_time_against_estimate(), None, "not scheduled yet");
-        times.on_scheduled(t0 + Duration::from_millis(400));
-        assert_eq!(times.queue_time_against_estimate(), Some((Duration::from_millis(250), Duration::from_millis(400))));
+        let mut times = RequestTimes::new(t0).with_estimated_ttft(Some(Duration::from_millis(250)));
+        times.on_scheduled(t0 + Duration::from_millis(300));
+        assert_eq!(times.ttft_against_estimate(), None, "no first token yet");
+        times.on_token(t0 + Duration::from_millis(400));
+        times.on_token(t0 + Duration::from_millis(450));
+        assert_eq!(times.ttft_against_estimate(), Some((Duration::from_millis(250), Duration::from_millis(400))));
         let m = RequestMetrics::default();
         m.observe_finished(&times, t0 + Duration::from_secs(1), 3, 0);
-        assert_eq!((m.queue_time_estimated.count(), m.queue_time_estimated.sum()), (1, 0.25));
+        assert_eq!((m.ttft_estimated.count(), m.ttft_estimated.sum()), (1, 0.25));
         // No TTFT target, no estimate: the series stays empty.
         let m = RequestMetrics::default();
         let mut plain = RequestTimes::new(t0);
         plain.on_scheduled(t0);
         m.observe_finished(&plain, t0 + Duration::from_secs(1), 3, 0);
-        assert_eq!((m.queue_time.count(), m.queue_time_estimated.count()), (1, 0));
+        assert_eq!((m.queue_time.count(), m.ttft_estimated.count()), (1, 0));
     }
 }

@@ -4,6 +4,7 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use entrobatch::EngineError;
 use serde::Serialize;
 
 use crate::response::error::ApiError;
@@ -36,14 +37,9 @@ pub async fn ready(State(state): State<AppState>) -> Response {
         let message = format!("at capacity: {in_flight} requests in flight (bound {bound})");
         return ApiError::unavailable(message).with_retry_after(1).into_response();
     }
-    if let Some((wait, target)) = state.engine.estimated_wait().filter(|(wait, target)| wait > target) {
-        let message = format!(
-            "a new request would wait about {} ms before its prompt starts, past the {} ms TTFT target",
-            wait.as_millis(),
-            target.as_millis()
-        );
-        let retry_after = (wait - target).as_secs_f64().ceil().max(1.0) as u64;
-        return ApiError::unavailable(message).with_retry_after(retry_after).into_response();
+    if let Some(miss) = state.engine.short_request_refusal() {
+        let message = format!("a short request would be refused: {}", EngineError::WouldMissTtft(miss));
+        return ApiError::unavailable(message).with_retry_after(miss.retry_after.as_secs().max(1)).into_response();
     }
     Json(Health { status: "ready", in_flight: Some(in_flight), max_in_flight: bound }).into_response()
 }
