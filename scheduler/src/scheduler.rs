@@ -99,7 +99,7 @@ impl Scheduler {
     }
 
     /// The prefill a step may carry beside `decodes`. With a TPOT target and a fitted step
-    /// cost, prefill gets the time the step budget (`LatencyTargets::step_budget`, under the target)
+    /// cost, prefill gets the time the step budget (`LatencyTargets::planned_step_time`, under the target)
     /// leaves once the decodes are paid for, each row
     /// priced at its depth in its context (`PrefillAllowance::Seconds`), in a step without
     /// decodes too: a request arriving during a step waits for it, and a whole budget of rows
@@ -110,7 +110,7 @@ impl Scheduler {
     pub(crate) fn prefill_allowance(&self, decodes: StepWork) -> PrefillAllowance {
         let rows = self.config.max_num_batched_tokens;
         let free = rows.saturating_sub(decodes.rows);
-        match (self.config.latency_targets.step_budget(), self.step_cost.model()) {
+        match (self.config.latency_targets.planned_step_time(decodes.rows > 0), self.step_cost.model()) {
             (Some(budget), Some(model)) => PrefillAllowance::Seconds {
                 left: (budget.as_secs_f64() - model.seconds(decodes)).max(0.0),
                 model,
@@ -124,18 +124,19 @@ impl Scheduler {
 
     /// The most sequences that may run: `max_num_seqs`, or fewer when a TPOT target and the
     /// fitted step cost say that decoding more at once (each a row at its context, beside a
-    /// block of prefill for the shortest and the oldest prompt, or half the target's time if
-    /// that is less) would take a step past the step budget. Never under one, and never under those
-    /// already running.
+    /// block of prefill for the shortest and the oldest prompt, or half the budget's time if
+    /// that is less) would take a step past the step budget. Never under one, and never under
+    /// those already running.
     pub(crate) fn tpot_seq_limit(&self) -> usize {
         let max = self.config.max_num_seqs;
-        let (Some(budget), Some(model)) = (self.config.latency_targets.step_budget(), self.step_cost.model()) else {
+        let (Some(budget), Some(model)) = (self.config.latency_targets.planned_step_time(true), self.step_cost.model())
+        else {
             return max;
         };
         let seqs: Vec<&Sequence> = self.running.iter().filter_map(|id| self.sequences.get(id)).collect();
         let mean_context =
             if seqs.is_empty() { 0 } else { seqs.iter().map(|s| s.num_tokens()).sum::<usize>() / seqs.len() };
-        // The prefill floors are reserved, but never more than half of what the target leaves
+        // The prefill floors are reserved, but never more than half of what the budget leaves
         // beyond the base: where a row of prefill costs as much as several decodes (a larger
         // model on few cores), two blocks of it alone can reach the target, and reserving all
         // of it would leave one sequence decoding and refuse everyone else.

@@ -48,8 +48,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub ttft_slo_ms: Option<u64>,
     /// Time-per-output-token target: a step carries as many prefill tokens as the measured step
-    /// time allows within nine tenths of it beside its decodes (at least one block), a step with no decodes
-    /// too, since a request arriving during a step waits for it. Off by default.
+    /// time allows within nine tenths of it beside its decodes (at least one block), a step
+    /// with no decodes too, since a request arriving during a step waits for it. Off by default.
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub tpot_slo_ms: Option<u64>,
     /// Context limit; default: the model's own.
