@@ -55,7 +55,13 @@ impl Harness {
         })
         .expect("scheduler");
         scheduler
-            .add(NewSequence { id: ID, prompt_token_ids: prompt.to_vec(), max_tokens: 64, skip_prefix_cache: false })
+            .add(NewSequence {
+                id: ID,
+                prompt_token_ids: prompt.to_vec(),
+                max_tokens: 64,
+                skip_prefix_cache: false,
+                ttft_target: None,
+            })
             .expect("add");
         let strategy = MtiStrategy::build(config, &tokenizer).expect("strategy").with_trigger_prediction(predict);
         let negative = config.negative_prompt_ids(&tokenizer).expect("negative prompt");

@@ -180,7 +180,13 @@ mod tests {
     fn drafting(acceptance: f64, prompt_beside: Option<usize>) -> Scheduler {
         let config = SchedulerConfig { block_size: 4, num_blocks: 256, ..SchedulerConfig::default() };
         let mut s = Scheduler::new(config).unwrap();
-        let seq = |id, len| NewSequence { id, prompt_token_ids: vec![7; len], max_tokens: 64, skip_prefix_cache: true };
+        let seq = |id, len| NewSequence {
+            id,
+            prompt_token_ids: vec![7; len],
+            max_tokens: 64,
+            skip_prefix_cache: true,
+            ttft_target: None,
+        };
         s.add(seq(1, 6)).unwrap();
         s.schedule();
         s.append_token(1, 9).unwrap();

@@ -70,6 +70,7 @@ impl Scheduler {
             prompt_token_ids: p.token_ids.clone(),
             max_tokens: p.max_tokens,
             skip_prefix_cache: p.skip_prefix_cache,
+            ttft_target: None,
         };
         let mut seq = Sequence::new(request, self.next_arrival);
         seq.num_prompt_tokens = p.num_prompt_tokens;

@@ -36,6 +36,11 @@ const TPOT_PLANNING_SHARE: f64 = 0.9;
 /// future and errs more, by an amount more than in proportion: a fifth of the target.
 const TTFT_PLANNING_SHARE: f64 = 0.8;
 
+/// The most TTFT admission and the prefill pace plan for under a target (`TTFT_PLANNING_SHARE`).
+pub(crate) fn ttft_plan(target: Duration) -> Duration {
+    target.mul_f64(TTFT_PLANNING_SHARE)
+}
+
 impl LatencyTargets {
     /// The longest a step is planned to take under the TPOT target: a share of it while
     /// sequences decode (`TPOT_PLANNING_SHARE`), the whole target for a step of prefill alone,
@@ -149,7 +154,7 @@ impl QueueLoad {
         else {
             return Ok(None);
         };
-        let admitted_up_to = target.mul_f64(TTFT_PLANNING_SHARE);
+        let admitted_up_to = ttft_plan(target);
         let allowed_wait = admitted_up_to.checked_sub(own).unwrap_or(admitted_up_to);
         if wait <= allowed_wait {
             return Ok(Some(wait + own));
@@ -170,6 +175,7 @@ impl Scheduler {
             tracing::trace!(rows = work.rows, kilo_keys = work.kilo_keys, ?predicted_ms, elapsed_ms, "step cost");
         }
         self.step_cost.observe(self.last_step_work, elapsed);
+        self.clock += elapsed;
     }
 
     /// The prefix cache for admission on another thread (a request's own prefill).

@@ -25,6 +25,7 @@ mod inspect;
 mod latency;
 mod output;
 mod prefill_order;
+mod prefill_pace;
 mod prefix_hash;
 mod prefix_hit;
 mod scheduler;

@@ -2,6 +2,7 @@
 //! then admission from the waiting queue; preemption frees blocks and recomputes.
 
 use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
 
 use crate::block_pool::BlockPool;
 use crate::config::SchedulerConfig;
@@ -30,6 +31,9 @@ pub struct Scheduler {
     /// The oldest prefilling sequence, if it sat out the last step for a shorter prompt's first
     /// token (`prefill_order`); it may not do so twice in a row.
     pub(crate) prefill_yielded_by: Option<SeqId>,
+    /// The executed steps' durations, summed (`record_step`): time as the queue sees it, since
+    /// nothing waits while no step runs.
+    pub(crate) clock: Duration,
 }
 
 impl Scheduler {
@@ -48,15 +52,17 @@ impl Scheduler {
             step_cost: StepCost::default(),
             last_step_work: StepWork::default(),
             prefill_yielded_by: None,
+            clock: Duration::ZERO,
         })
     }
 
     /// Plans one forward pass: running decodes first, in arrival order (preempting the latest
     /// arrivals when blocks run out); then admission from the waiting queue in its order, unless
-    /// something was preempted; then the step's prefill tokens, shortest remaining prefill
-    /// first, with at least half of them kept for the oldest prefilling sequence so that a long
-    /// prompt still progresses, at least every other step (`prefill_order`). `num_computed_tokens` advances
-    /// here, so every output must be executed before the next call.
+    /// something was preempted; then the step's prefill tokens (under both latency targets no
+    /// more than the waiting prompts need, `prefill_pace`), shortest remaining prefill first,
+    /// with at least half of them kept for the oldest prefilling sequence so that a long prompt
+    /// still progresses, at least every other step (`prefill_order`). `num_computed_tokens`
+    /// advances here, so every output must be executed before the next call.
     pub fn schedule(&mut self) -> SchedulerOutput {
         self.settle_unreported_drafts();
         // Last step's KV is written by now, so its full blocks can be shared, and the blocks
@@ -67,7 +73,7 @@ impl Scheduler {
             }
         }
         let decodes = self.decode_work();
-        let allowance = self.prefill_allowance(decodes);
+        let allowance = self.paced(self.prefill_allowance(decodes), decodes);
         let mut budget = StepBudget::new(self.config.max_num_batched_tokens, allowance.max_tokens());
         let mut out = SchedulerOutput::default();
         let prefilling = self.schedule_running(&mut budget, &mut out);

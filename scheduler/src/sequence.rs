@@ -1,5 +1,7 @@
 //! A request as the scheduler sees it: tokens, how many of them have KV, and its blocks.
 
+use std::time::Duration;
+
 use crate::block::BlockId;
 use crate::seq_blocks::SeqBlocks;
 
@@ -15,6 +17,9 @@ pub struct NewSequence {
     /// Compute every prompt token even where the prefix cache holds it: a request that
     /// scores its prompt needs the logits of every position.
     pub skip_prefix_cache: bool,
+    /// The request's own TTFT target, where it set one; otherwise the server's
+    /// (`LatencyTargets::ttft`) paces its prefill (`prefill_pace`).
+    pub ttft_target: Option<Duration>,
 }
 
 /// The output after `Scheduler::append_token`.
@@ -54,6 +59,11 @@ pub struct Sequence {
     pub(crate) max_tokens: usize,
     /// Admission order; preemption takes the highest first.
     pub(crate) arrival: u64,
+    /// The scheduler's clock (`Scheduler::clock`) when it was added: its first token is due a
+    /// TTFT target after it (`prefill_pace`).
+    pub(crate) added_at: Duration,
+    /// Its own TTFT target, where its request set one.
+    pub(crate) ttft_target: Option<Duration>,
     pub(crate) status: SequenceStatus,
     /// One block table per KV cache group while running.
     pub(crate) blocks: Option<SeqBlocks>,
@@ -87,6 +97,8 @@ impl Sequence {
             num_computed_tokens: 0,
             max_tokens: request.max_tokens,
             arrival,
+            added_at: Duration::ZERO,
+            ttft_target: request.ttft_target,
             status: SequenceStatus::Waiting,
             blocks: None,
             scratch_rows: 0,

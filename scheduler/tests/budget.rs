@@ -362,3 +362,86 @@ fn most_decoding_at_once(block_size: usize) -> usize {
     }
     most
 }
+
+/// Under both targets, prefill beside decodes runs no faster than the prompts waiting for their
+/// first token need: while they are on time, a step carrying a prompt stays within three
+/// decode-only steps (tokens stream evenly) and the prompt still makes its TTFT target; a burst
+/// that the even pace would make late gets everything the TPOT plan allows.
+#[test]
+fn under_both_targets_prefill_beside_decodes_keeps_the_pace_the_ttft_target_needs() {
+    use std::time::Duration;
+    let (ttft, tpot) = (2.0, 0.100);
+    let mut config = config(512, 64, 16, 8192);
+    config.latency_targets.ttft = Some(Duration::from_secs_f64(ttft));
+    config.latency_targets.tpot = Some(Duration::from_secs_f64(tpot));
+    let (mut s, decode_only) = eight_decoding(config);
+
+    // One prompt of 300 tokens: the plan would allow ~70 rows a step (90 ms); the even pace gives
+    // it twice a decode-only step's time, and its first token still comes well within 2 s.
+    s.add(new_seq(100, 300, 4)).unwrap();
+    let mut waited = 0.0;
+    while s.get(100).is_some_and(|q| q.num_output_tokens() == 0) {
+        let out = step(&mut s);
+        let secs = cost(&out);
+        s.record_step(Duration::from_secs_f64(secs));
+        waited += secs;
+        let chunk = out.scheduled.iter().find(|r| r.seq_id == 100).map_or(0, |r| r.num_query_tokens);
+        assert!(secs <= 3.0 * decode_only * 1.05 || chunk <= 16, "{secs} s with a {chunk}-token chunk");
+        assert!(waited < 2.0 * ttft, "the prompt stalled");
+    }
+    assert!(waited <= ttft, "its first token came after {waited} s");
+
+    // Forty such prompts at once need 12 s of prefill: more than the even pace clears in time, so
+    // prefill takes what the plan allows.
+    for id in 200..240 {
+        s.add(new_seq(id, 300, 4)).unwrap();
+    }
+    let mut longest: f64 = 0.0;
+    for _ in 0..20 {
+        let out = step(&mut s);
+        let secs = cost(&out);
+        s.record_step(Duration::from_secs_f64(secs));
+        longest = longest.max(secs);
+    }
+    assert!(longest > 0.9 * tpot * 0.9, "the burst's steps took at most {longest} s");
+}
+
+/// A request's own TTFT target paces its prefill, not the server's: at the even pace the server's
+/// 2 s target allows, a 300-token prompt has its first token after 0.61 s here, past its own
+/// 0.6 s; at what the TPOT plan allows, after 0.52 s.
+#[test]
+fn a_requests_own_ttft_target_paces_its_prefill() {
+    use std::time::Duration;
+    let mut config = config(512, 64, 16, 8192);
+    config.latency_targets.ttft = Some(Duration::from_secs(2));
+    config.latency_targets.tpot = Some(Duration::from_millis(100));
+    let (mut s, _) = eight_decoding(config);
+    let own = Duration::from_millis(600);
+    s.add(entrobatch_scheduler::NewSequence { ttft_target: Some(own), ..new_seq(100, 300, 4) }).unwrap();
+    let mut waited = 0.0;
+    while s.get(100).is_some_and(|q| q.num_output_tokens() == 0) {
+        let out = step(&mut s);
+        let secs = cost(&out);
+        s.record_step(Duration::from_secs_f64(secs));
+        waited += secs;
+        assert!(waited < 2.0, "the prompt stalled");
+    }
+    assert!(waited <= own.as_secs_f64(), "its first token came after {waited} s");
+}
+
+/// A scheduler with eight sequences decoding long outputs, its step cost fitted on steps of
+/// every size, and the cost of a decode-only step.
+fn eight_decoding(config: entrobatch_scheduler::SchedulerConfig) -> (Scheduler, f64) {
+    use std::time::Duration;
+    let mut s = Scheduler::new(config).unwrap();
+    for id in 1..=8 {
+        s.add(new_seq(id, 40 * id as usize, 4000)).unwrap();
+    }
+    for _ in 0..60 {
+        let out = step(&mut s);
+        s.record_step(Duration::from_secs_f64(cost(&out)));
+    }
+    let decode_only = cost(&step(&mut s));
+    s.record_step(Duration::from_secs_f64(decode_only));
+    (s, decode_only)
+}

@@ -66,7 +66,8 @@ fn a_rejected_draft_gives_back_the_blocks_it_alone_filled_and_is_never_cached() 
     // finds only the verified blocks in the cache.
     let mut prompt = s.get(1).unwrap().token_ids()[..8].to_vec();
     prompt.extend([50, 51, 52, 53, 54]);
-    s.add(NewSequence { id: 2, prompt_token_ids: prompt, max_tokens: 4, skip_prefix_cache: false }).unwrap();
+    s.add(NewSequence { id: 2, prompt_token_ids: prompt, max_tokens: 4, skip_prefix_cache: false, ttft_target: None })
+        .unwrap();
     let out = step(&mut s);
     let newcomer = out.scheduled.iter().find(|r| r.seq_id == 2).unwrap();
     assert_eq!(newcomer.context_len, 8, "the two verified blocks hit, the draft's never");

@@ -15,7 +15,7 @@ fn cached_config(num_blocks: usize) -> SchedulerConfig {
 fn with_prefix(id: u64, tail: &[u32]) -> NewSequence {
     let mut tokens: Vec<u32> = (100..112).collect();
     tokens.extend_from_slice(tail);
-    NewSequence { id, prompt_token_ids: tokens, max_tokens: 4, skip_prefix_cache: false }
+    NewSequence { id, prompt_token_ids: tokens, max_tokens: 4, skip_prefix_cache: false, ttft_target: None }
 }
 
 #[test]
@@ -63,7 +63,14 @@ fn cached_blocks_are_evicted_only_when_needed_empty_blocks_then_tails_first() {
     assert!(hashes.iter().all(Option::is_some));
 
     // Two never-used blocks are still free: the cache is left alone.
-    s.add(NewSequence { id: 2, prompt_token_ids: vec![5; 8], max_tokens: 1, skip_prefix_cache: false }).unwrap();
+    s.add(NewSequence {
+        id: 2,
+        prompt_token_ids: vec![5; 8],
+        max_tokens: 1,
+        skip_prefix_cache: false,
+        ttft_target: None,
+    })
+    .unwrap();
     s.schedule();
     assert_eq!(s.num_cached_blocks(), 3);
     let b = s.get(2).unwrap().block_table_ids(0).to_vec();
@@ -73,7 +80,14 @@ fn cached_blocks_are_evicted_only_when_needed_empty_blocks_then_tails_first() {
     // Blocks that hold nothing cached are reused first, most recently freed first: seq 1's
     // tail and seq 2's blocks, then the last never-used one; only then is a cached block
     // evicted, seq 1's last prefix block before the ones in front of it.
-    s.add(NewSequence { id: 3, prompt_token_ids: vec![6; 16], max_tokens: 1, skip_prefix_cache: false }).unwrap();
+    s.add(NewSequence {
+        id: 3,
+        prompt_token_ids: vec![6; 16],
+        max_tokens: 1,
+        skip_prefix_cache: false,
+        ttft_target: None,
+    })
+    .unwrap();
     s.schedule();
     let c = s.get(3).unwrap().block_table_ids(0).to_vec();
     assert_eq!(c[..2], b[..]);
@@ -94,9 +108,22 @@ fn cached_blocks_are_evicted_only_when_needed_empty_blocks_then_tails_first() {
 #[test]
 fn preempted_sequences_hit_their_own_blocks_on_resume() {
     let mut s = Scheduler::new(cached_config(4)).unwrap();
-    s.add(NewSequence { id: 1, prompt_token_ids: (0..4).collect(), max_tokens: 8, skip_prefix_cache: false }).unwrap();
-    s.add(NewSequence { id: 2, prompt_token_ids: (10..18).collect(), max_tokens: 4, skip_prefix_cache: false })
-        .unwrap();
+    s.add(NewSequence {
+        id: 1,
+        prompt_token_ids: (0..4).collect(),
+        max_tokens: 8,
+        skip_prefix_cache: false,
+        ttft_target: None,
+    })
+    .unwrap();
+    s.add(NewSequence {
+        id: 2,
+        prompt_token_ids: (10..18).collect(),
+        max_tokens: 4,
+        skip_prefix_cache: false,
+        ttft_target: None,
+    })
+    .unwrap();
     // Seq 2 needs a third block for its first generated token while seq 1 grows into the
     // last free one, so seq 2 (latest arrival) preempts itself.
     let mut preempted = false;

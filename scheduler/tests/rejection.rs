@@ -19,8 +19,15 @@ fn never_fitting_requests_are_rejected_at_add() {
         err,
         SchedulerError::NeverFits { seq_id: 2, needed_tokens: 9, limit: 8, reason: NeverFitsReason::KvCacheCapacity }
     );
-    let err =
-        s.add(NewSequence { id: 3, prompt_token_ids: vec![], max_tokens: 4, skip_prefix_cache: false }).unwrap_err();
+    let err = s
+        .add(NewSequence {
+            id: 3,
+            prompt_token_ids: vec![],
+            max_tokens: 4,
+            skip_prefix_cache: false,
+            ttft_target: None,
+        })
+        .unwrap_err();
     assert!(matches!(err, SchedulerError::InvalidRequest { seq_id: 3, .. }));
     let err = s.add(new_seq(4, 3, 0)).unwrap_err();
     assert!(matches!(err, SchedulerError::InvalidRequest { seq_id: 4, .. }));

@@ -26,7 +26,8 @@ fn held(s: &Scheduler, id: u64, group: usize) -> usize {
 fn a_windowed_group_holds_a_bounded_number_of_blocks() {
     let mut s = Scheduler::new(windowed_config(64, false)).unwrap();
     let prompt: Vec<u32> = (0..40).collect();
-    s.add(NewSequence { id: 1, prompt_token_ids: prompt, max_tokens: 40, skip_prefix_cache: false }).unwrap();
+    s.add(NewSequence { id: 1, prompt_token_ids: prompt, max_tokens: 40, skip_prefix_cache: false, ttft_target: None })
+        .unwrap();
     let mut most_windowed = 0;
     while s.has_unfinished() {
         step(&mut s);
@@ -57,8 +58,14 @@ fn the_pool_admits_what_the_windows_leave_room_for() {
     assert!(all_full.check_fits(1, 40, 40, 0).is_err());
     assert_eq!(cfg.max_tokens_in_cache(), 80);
     let mut s = Scheduler::new(cfg).unwrap();
-    s.add(NewSequence { id: 1, prompt_token_ids: (0..40).collect(), max_tokens: 40, skip_prefix_cache: false })
-        .unwrap();
+    s.add(NewSequence {
+        id: 1,
+        prompt_token_ids: (0..40).collect(),
+        max_tokens: 40,
+        skip_prefix_cache: false,
+        ttft_target: None,
+    })
+    .unwrap();
     let mut steps = 0;
     while s.has_unfinished() {
         let out = step(&mut s);
@@ -73,13 +80,21 @@ fn the_pool_admits_what_the_windows_leave_room_for() {
 fn a_prefix_hit_takes_only_the_blocks_a_window_reads() {
     let mut s = Scheduler::new(windowed_config(64, true)).unwrap();
     let prompt: Vec<u32> = (0..33).map(|i| 500 + i).collect();
-    s.add(NewSequence { id: 1, prompt_token_ids: prompt.clone(), max_tokens: 1, skip_prefix_cache: false }).unwrap();
+    s.add(NewSequence {
+        id: 1,
+        prompt_token_ids: prompt.clone(),
+        max_tokens: 1,
+        skip_prefix_cache: false,
+        ttft_target: None,
+    })
+    .unwrap();
     while s.has_unfinished() {
         step(&mut s);
     }
     let mut longer = prompt.clone();
     longer.extend([9, 9, 9]);
-    s.add(NewSequence { id: 2, prompt_token_ids: longer, max_tokens: 4, skip_prefix_cache: false }).unwrap();
+    s.add(NewSequence { id: 2, prompt_token_ids: longer, max_tokens: 4, skip_prefix_cache: false, ttft_target: None })
+        .unwrap();
     let out = s.schedule();
     let row = out.scheduled.iter().find(|r| r.seq_id == 2).expect("admitted");
     // 33 tokens: 8 full blocks, all cached in every group.

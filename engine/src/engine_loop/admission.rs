@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use entrobatch_scheduler::{NewSequence, Scheduler};
 
@@ -96,12 +97,13 @@ impl Admission {
         let PreparedRequest { prompt_token_ids, params, strategy, constraint, seed, speculation } = request;
         let num_prompt = prompt_token_ids.len();
         let max_tokens = params.scheduled_max_tokens();
+        let ttft_target = params.ttft_target_ms.map(Duration::from_millis);
         let eos = self.eos_token_ids.clone();
         let mut state = RequestState::new(params, seed, num_prompt, sender, eos, strategy, in_flight);
         state.constraint = constraint;
         state.speculation = speculation;
         state.times = RequestTimes::new(submitted_at).with_estimated_ttft(estimated_ttft);
-        let new_seq = NewSequence { id, prompt_token_ids, max_tokens, skip_prefix_cache };
+        let new_seq = NewSequence { id, prompt_token_ids, max_tokens, skip_prefix_cache, ttft_target };
         match live.scheduler.add(new_seq) {
             Ok(()) => {
                 live.metrics.prompt_tokens.fetch_add(num_prompt as u64, Ordering::Relaxed);

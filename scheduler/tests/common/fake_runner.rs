@@ -70,7 +70,8 @@ impl Driver {
     pub fn add(&mut self, prompt_token_ids: Vec<u32>, max_tokens: usize, kind: Kind) -> SeqId {
         let id = self.next_id;
         self.next_id += 1;
-        match self.s.add(NewSequence { id, prompt_token_ids, max_tokens, skip_prefix_cache: false }) {
+        match self.s.add(NewSequence { id, prompt_token_ids, max_tokens, skip_prefix_cache: false, ttft_target: None })
+        {
             Ok(()) => {
                 if let Kind::Wedlm { window } = kind {
                     // Like the engine: a reservation the pool cannot hold is skipped, not fatal.

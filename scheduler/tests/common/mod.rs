@@ -26,7 +26,13 @@ pub fn prompt(id: SeqId, len: usize) -> Vec<u32> {
 }
 
 pub fn new_seq(id: SeqId, prompt_len: usize, max_tokens: usize) -> NewSequence {
-    NewSequence { id, prompt_token_ids: prompt(id, prompt_len), max_tokens, skip_prefix_cache: false }
+    NewSequence {
+        id,
+        prompt_token_ids: prompt(id, prompt_len),
+        max_tokens,
+        skip_prefix_cache: false,
+        ttft_target: None,
+    }
 }
 
 /// Schedules once, checks the output against the scheduler, and appends a token to
