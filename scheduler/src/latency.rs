@@ -190,7 +190,7 @@ impl Scheduler {
         let mut running_max_remaining = Vec::new();
         let queued = self.running.iter().chain(self.waiting.iter());
         for seq in queued.filter_map(|id| self.sequences.get(id)) {
-            if seq.is_prefilling() || seq.blocks.is_none() {
+            if seq.awaits_prefill() {
                 let remaining = seq.num_uncomputed_tokens();
                 prefill_remaining.push(remaining);
                 if oldest.is_none_or(|(arrival, _)| seq.arrival < arrival) {

@@ -27,6 +27,10 @@ impl Scheduler {
         }
         let decode_seconds = model.seconds(decodes);
         let even = (EVEN_STEP_RATIO - 1.0) * decode_seconds;
+        // The even pace already buys the whole plan: nothing to cut, no queue to read.
+        if even >= left {
+            return allowance;
+        }
         let needed = match self.prefill_share_needed(&model) {
             // Prefill's share of a step of `decode_seconds + p` is `p / (decode_seconds + p)`.
             Some(share) if share < 1.0 => share / (1.0 - share) * decode_seconds,
@@ -46,7 +50,7 @@ impl Scheduler {
             .iter()
             .chain(self.waiting.iter())
             .filter_map(|id| self.sequences.get(id))
-            .filter(|s| (s.is_prefilling() || s.blocks.is_none()) && !s.is_fork_child)
+            .filter(|s| s.awaits_prefill() && !s.is_fork_child)
             .collect();
         queued.sort_unstable_by_key(|s| s.arrival);
         let (mut ahead, mut share) = (0.0, 0.0f64);

@@ -190,6 +190,12 @@ impl Sequence {
         self.num_computed_tokens < self.prefill_len
     }
 
+    /// Prompt tokens still to compute, running or waiting for a slot: the queue admission
+    /// estimates from and the prefill pace serves.
+    pub(crate) fn awaits_prefill(&self) -> bool {
+        self.is_prefilling() || self.blocks.is_none()
+    }
+
     /// Registers the full blocks whose KV earlier steps wrote.
     pub(crate) fn cache_computed_blocks(&mut self) {
         if let Some(blocks) = self.blocks.as_mut() {

@@ -238,15 +238,8 @@ fn a_tpot_target_sizes_prefill_from_the_measured_step_cost() {
     let mut config = config(512, 64, 16, 4096);
     config.max_prefill_tokens_with_decodes = 16;
     config.latency_targets.tpot = Some(Duration::from_secs_f64(tpot));
-    let mut s = Scheduler::new(config).unwrap();
     // Warm the fit up on steps of every size: prompts of varied lengths, then decodes.
-    for id in 1..=8 {
-        s.add(new_seq(id, 40 * id as usize, 4000)).unwrap();
-    }
-    for _ in 0..40 {
-        let out = step(&mut s);
-        s.record_step(Duration::from_secs_f64(cost(&out)));
-    }
+    let mut s = eight_decoding_after(config, 40);
     s.add(new_seq(100, 3000, 4)).unwrap();
     let mut chunks = Vec::new();
     while s.get(100).is_some_and(|q| q.num_output_tokens() == 0) {
@@ -433,15 +426,22 @@ fn a_requests_own_ttft_target_paces_its_prefill() {
 /// every size, and the cost of a decode-only step.
 fn eight_decoding(config: entrobatch_scheduler::SchedulerConfig) -> (Scheduler, f64) {
     use std::time::Duration;
+    let mut s = eight_decoding_after(config, 60);
+    let decode_only = cost(&step(&mut s));
+    s.record_step(Duration::from_secs_f64(decode_only));
+    (s, decode_only)
+}
+
+/// Eight sequences of varied prompts and long outputs, after `steps` steps at `cost`.
+fn eight_decoding_after(config: entrobatch_scheduler::SchedulerConfig, steps: usize) -> Scheduler {
+    use std::time::Duration;
     let mut s = Scheduler::new(config).unwrap();
     for id in 1..=8 {
         s.add(new_seq(id, 40 * id as usize, 4000)).unwrap();
     }
-    for _ in 0..60 {
+    for _ in 0..steps {
         let out = step(&mut s);
         s.record_step(Duration::from_secs_f64(cost(&out)));
     }
-    let decode_only = cost(&step(&mut s));
-    s.record_step(Duration::from_secs_f64(decode_only));
-    (s, decode_only)
+    s
 }
