@@ -16,6 +16,8 @@ use super::constraint::{clean, Constraint, SchemaCheck};
 use super::gbnf::gbnf_to_lark;
 use super::limits::{CompileSlots, GrammarLimits};
 use super::patterns::drop_patterns;
+use super::relax::relax;
+use super::schema_walk::for_each_schema;
 use super::spec::{StructuredError, StructuredOutput};
 use super::vocab::GgufTokEnv;
 
@@ -179,16 +181,31 @@ impl StructuredBackend {
             Err(StructuredError::InvalidSchema(e)) => e,
             other => return other,
         };
-        // Best effort: a `pattern` llguidance cannot compile is left to the check after.
+        // Best effort: a `pattern` llguidance cannot compile, then the keywords of a structure
+        // it refuses (`relax`), are left to the check after, a step at a time. If nothing
+        // more can be left out, the first refusal is the answer: it names the real problem.
         let StructuredOutput::JsonSchema(schema) = spec else { return Err(StructuredError::InvalidSchema(refused)) };
         let mut relaxed = schema.clone();
-        let dropped = drop_patterns(&mut relaxed, &mut |p: &str| self.pattern_compiles(p));
-        if dropped.is_empty() {
-            return Err(StructuredError::InvalidSchema(refused));
+        let mut unenforced = drop_patterns(&mut relaxed, &mut |p: &str| self.pattern_compiles(p));
+        let (mut refusal, mut changed) = (refused.clone(), !unenforced.is_empty());
+        for _ in 0..MAX_RELAXATIONS {
+            if !changed {
+                let more = relax(&mut relaxed, &refusal);
+                if more.is_empty() {
+                    break;
+                }
+                unenforced.extend(more);
+            }
+            match self.compile_once(&StructuredOutput::JsonSchema(relaxed.clone()), unenforced.clone()) {
+                Ok(mut constraint) => {
+                    constraint.recheck_against(schema)?;
+                    return Ok(constraint);
+                }
+                Err(StructuredError::InvalidSchema(e)) => (refusal, changed) = (e, false),
+                Err(other) => return Err(other),
+            }
         }
-        let mut constraint = self.compile_once(&StructuredOutput::JsonSchema(relaxed), dropped)?;
-        constraint.recheck_against(schema)?;
-        Ok(constraint)
+        Err(StructuredError::InvalidSchema(refused))
     }
 
     /// Whether llguidance compiles `pattern` as a JSON Schema string pattern.
@@ -279,6 +296,10 @@ enum Strictness {
     BestEffort,
 }
 
+/// Compiles of a relaxed schema before best effort gives up: each one leaves more of the
+/// schema to the check after, and each costs about what the first compile did.
+const MAX_RELAXATIONS: usize = 8;
+
 /// The schema with llguidance's JSON options set for compact output: no whitespace between
 /// tokens. llguidance's default (`whitespace_flexible`) allows any run of whitespace wherever
 /// JSON does, and a model sampled at temperature 1 can then emit whitespace until max_tokens.
@@ -310,11 +331,12 @@ fn compact_schema(schema: Value, strictness: Strictness) -> Result<Value, Struct
     // Disjoint branches (a discriminated union) compile either way.
     opts.coerce_one_of = strictness == Strictness::BestEffort;
     opts.lenient = strictness == Strictness::BestEffort;
-    drop_unknown_formats(&mut obj);
     let opts =
         serde_json::to_value(&opts).map_err(|e| StructuredError::Internal(format!("x-guidance options: {e}")))?;
     obj.insert("x-guidance".into(), opts);
-    Ok(Value::Object(obj))
+    let mut schema = Value::Object(obj);
+    drop_unknown_formats(&mut schema);
+    Ok(schema)
 }
 
 /// The `format` values llguidance enforces (its `json/formats.rs`).
@@ -324,26 +346,14 @@ pub(super) const KNOWN_FORMATS: [&str; 10] =
 /// Removes `format` keywords naming a format llguidance does not know. From JSON Schema
 /// 2019-09 on, `format` is an annotation unless a schema asks for the format-assertion
 /// vocabulary, and an implementation must not fail on an unknown one; llguidance refuses the
-/// schema instead. Known formats stay enforced. Values that are data, not schemas (`const`,
-/// `enum`, `default`, `examples`), are left alone.
-fn drop_unknown_formats(schema: &mut serde_json::Map<String, Value>) {
-    if schema.get("format").and_then(Value::as_str).is_some_and(|f| !KNOWN_FORMATS.contains(&f)) {
-        schema.remove("format");
-    }
-    for (key, value) in schema.iter_mut() {
-        if matches!(key.as_str(), "const" | "enum" | "default" | "examples" | "x-guidance") {
-            continue;
+/// schema instead. Known formats stay enforced (only where `format` is the keyword: see
+/// `for_each_schema`).
+fn drop_unknown_formats(schema: &mut Value) {
+    for_each_schema(schema, &mut |s| {
+        if s.get("format").and_then(Value::as_str).is_some_and(|f| !KNOWN_FORMATS.contains(&f)) {
+            s.remove("format");
         }
-        drop_unknown_formats_in(value);
-    }
-}
-
-fn drop_unknown_formats_in(value: &mut Value) {
-    match value {
-        Value::Object(o) => drop_unknown_formats(o),
-        Value::Array(items) => items.iter_mut().for_each(drop_unknown_formats_in),
-        _ => {}
-    }
+    });
 }
 
 #[cfg(test)]

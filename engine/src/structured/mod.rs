@@ -18,6 +18,8 @@ mod constraint;
 mod gbnf;
 mod limits;
 mod patterns;
+mod relax;
+mod schema_walk;
 mod spec;
 mod vocab;
 

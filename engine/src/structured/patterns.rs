@@ -5,40 +5,35 @@
 
 use serde_json::Value;
 
-/// Removes every `pattern` for which `enforceable` is false, naming each in the returned
-/// list. Values that are data, not schemas (`const`, `enum`, `default`, `examples`), are left
-/// alone, and a property named `pattern` is a property, not the keyword.
+use super::schema_walk::for_each_schema;
+
+/// Removes every `pattern`, and every `patternProperties` entry, whose pattern `enforceable`
+/// refuses, naming each in the returned list (only where they are keywords: see
+/// `for_each_schema`).
 pub(super) fn drop_patterns(schema: &mut Value, enforceable: &mut impl FnMut(&str) -> bool) -> Vec<String> {
     let mut dropped = Vec::new();
-    walk(schema, enforceable, &mut dropped);
-    dropped
-}
-
-fn walk(value: &mut Value, enforceable: &mut impl FnMut(&str) -> bool, dropped: &mut Vec<String>) {
-    match value {
-        Value::Object(schema) => {
-            if let Some(Value::String(p)) = schema.get("pattern") {
-                if !enforceable(p) {
-                    dropped.push(format!("pattern {p:?} cannot be enforced by a grammar; checked after decoding"));
-                    schema.remove("pattern");
-                }
-            }
-            for (key, child) in schema.iter_mut() {
-                match key.as_str() {
-                    "const" | "enum" | "default" | "examples" | "x-guidance" => {}
-                    // Keys here are names, values are schemas.
-                    "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas" => {
-                        if let Value::Object(named) = child {
-                            named.values_mut().for_each(|s| walk(s, enforceable, dropped));
-                        }
-                    }
-                    _ => walk(child, enforceable, dropped),
-                }
+    for_each_schema(schema, &mut |s| {
+        if let Some(Value::String(p)) = s.get("pattern") {
+            if !enforceable(p) {
+                dropped.push(format!("pattern {p:?} cannot be enforced by a grammar; checked after decoding"));
+                s.remove("pattern");
             }
         }
-        Value::Array(items) => items.iter_mut().for_each(|v| walk(v, enforceable, dropped)),
-        _ => {}
-    }
+        let Some(Value::Object(named)) = s.get_mut("patternProperties") else { return };
+        let refused: Vec<String> = named.keys().filter(|p| !enforceable(p)).cloned().collect();
+        if refused.is_empty() {
+            return;
+        }
+        refused.iter().for_each(|p| {
+            named.remove(p);
+        });
+        // Without those patterns `additionalProperties` would forbid the names they allowed.
+        let also = if s.remove("additionalProperties").is_some() { " (and additionalProperties)" } else { "" };
+        dropped.push(format!(
+            "patternProperties {refused:?}{also} cannot be enforced by a grammar; checked after decoding"
+        ));
+    });
+    dropped
 }
 
 #[cfg(test)]
@@ -66,5 +61,19 @@ mod tests {
         assert!(schema["properties"]["tags"]["items"].get("pattern").is_none());
         assert_eq!(schema["default"], json!({"pattern": "(?=kept)"}));
         assert!(schema["$defs"]["d"].get("pattern").is_none());
+    }
+
+    #[test]
+    fn refused_pattern_properties_go_with_the_additional_properties_beside_them() {
+        let mut schema = json!({
+            "patternProperties": {"^(?!x)": {"type": "string"}, "^n_": {"type": "integer"}},
+            "additionalProperties": false,
+            "properties": {"patternProperties": {"type": "object"}}
+        });
+        let dropped = drop_patterns(&mut schema, &mut |p: &str| !p.contains("(?"));
+        assert!(dropped.len() == 1 && dropped[0].contains("additionalProperties"), "{dropped:?}");
+        assert_eq!(schema["patternProperties"], json!({"^n_": {"type": "integer"}}));
+        assert!(schema.get("additionalProperties").is_none());
+        assert_eq!(schema["properties"]["patternProperties"], json!({"type": "object"}), "a property, not the keyword");
     }
 }

@@ -393,4 +393,65 @@ fn a_pattern_llguidance_cannot_compile_is_checked_after_unless_strict() {
         c.commit(id).unwrap();
     }
     assert!(!c.mask().unwrap().allows(tok.encode("a", false).unwrap()[0]), "id stays digits only");
+
+    // The same for a name pattern of `patternProperties`.
+    let named = json!({"type": "object", "patternProperties": {"^(?!x)[a-z]+$": {"type": "integer"}}, "additionalProperties": false});
+    assert!(b.compile(&StructuredOutput::StrictJsonSchema(named.clone())).is_err());
+    let spec = StructuredOutput::JsonSchema(named);
+    assert_eq!(check_after(&spec, r#"{"ab":1}"#).1, Some(vec![]));
+    assert_eq!(check_after(&spec, r#"{"xa":1}"#).1.map(|e| e.len()), Some(1), "xa is not an allowed name");
+}
+
+#[test]
+fn a_structure_llguidance_refuses_is_decoded_under_the_rest_and_checked_after_unless_strict() {
+    let Some(b) = backend() else { return };
+    // `kids` is both a Node (recursive) and Named: llguidance cannot expand the reference
+    // inside its own definition to intersect it with the other branch.
+    let recursive = json!({
+        "definitions": {
+            "Node": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "kids": {"allOf": [{"$ref": "#/definitions/Node"}, {"$ref": "#/definitions/Named"}]}
+                },
+                "additionalProperties": false
+            },
+            "Named": {"required": ["name"]}
+        },
+        "$ref": "#/definitions/Node"
+    });
+    let err = b.compile(&StructuredOutput::StrictJsonSchema(recursive.clone())).unwrap_err();
+    assert!(matches!(&err, StructuredError::InvalidSchema(m) if m.contains("circular")), "{err}");
+    let spec = StructuredOutput::JsonSchema(recursive);
+    let (unenforced, valid) = check_after(&spec, r#"{"kids":{"name":"a","kids":{"name":"b"}}}"#);
+    assert!(unenforced.iter().any(|w| w.contains("allOf")), "{unenforced:?}");
+    assert_eq!(valid, Some(vec![]));
+    // The grammar keeps `Node` (no other key than name and kids), not `Named`: the check
+    // catches a kid without a name.
+    let (_, invalid) = check_after(&spec, r#"{"kids":{}}"#);
+    let errors = invalid.expect("checked");
+    assert!(errors.len() == 1 && errors[0].contains("name"), "{errors:?}");
+    let mut c = compile(&spec);
+    let tok = tokenizer().unwrap();
+    for id in tok.encode(r#"{"kids":{""#, false).unwrap() {
+        c.commit(id).unwrap();
+    }
+    assert!(!c.mask().unwrap().allows(tok.encode("x", false).unwrap()[0]), "Node's keys stay enforced");
+
+    // Patterns that may match the same name ("ab"): left out, checked after.
+    let overlapping = json!({
+        "type": "object",
+        "patternProperties": {"^a": {"type": "string"}, "b$": {"type": "integer"}},
+        "additionalProperties": false
+    });
+    let err = b.compile(&StructuredOutput::StrictJsonSchema(overlapping.clone())).unwrap_err();
+    assert!(matches!(&err, StructuredError::InvalidSchema(m) if m.contains("disjoint")), "{err}");
+    let spec = StructuredOutput::JsonSchema(overlapping);
+    assert_eq!(check_after(&spec, r#"{"a":"x","b":2}"#).1, Some(vec![]));
+    assert_eq!(check_after(&spec, r#"{"ab":1}"#).1.map(|e| e.len()), Some(1), "ab must be a string too");
+
+    // A refusal no step resolves stands, with llguidance's own words.
+    let unsatisfiable = json!({"type": "integer", "minimum": 5, "maximum": 1});
+    assert!(b.compile(&StructuredOutput::JsonSchema(unsatisfiable)).is_err());
 }
