@@ -40,6 +40,9 @@ const ANNOTATIONS: [&str; 14] = [
 ];
 const APPLICATORS: [&str; 3] = ["allOf", "anyOf", "oneOf"];
 
+/// A rewrite that leaves part of a schema out, naming what; empty when it found nothing.
+type Step<'a> = Box<dyn Fn(&mut Value) -> Vec<String> + 'a>;
+
 /// One step: rewrites `schema` so that the structure `refusal` names may compile and names
 /// what the grammar no longer enforces; empty when no step applies (the refusal stands).
 /// Steps go from the reference the refusal names to every reference, so a schema loses only
@@ -49,33 +52,18 @@ pub(super) fn relax(schema: &mut Value, refusal: &str) -> Vec<String> {
         return Vec::new();
     }
     let named = refusal.split_once(CIRCULAR).map(|(_, rest)| fragment(rest));
+    let mut steps: Vec<Step<'_>> = Vec::new();
     if let Some(target) = named {
-        let left_out = keep_only_the_reference_in_all_of(schema, Some(target));
-        if !left_out.is_empty() {
-            return left_out;
-        }
-        let left_out = drop_beside_references(schema, Some(target));
-        if !left_out.is_empty() {
-            return left_out;
-        }
-        let left_out = drop_beside_applicators(schema, Some(target));
-        if !left_out.is_empty() {
-            return left_out;
-        }
-        let left_out = drop_beside_applicators(schema, None);
-        if !left_out.is_empty() {
-            return left_out;
-        }
-        let left_out = keep_only_the_reference_in_all_of(schema, None);
-        if !left_out.is_empty() {
-            return left_out;
-        }
+        steps.push(Box::new(move |s| keep_only_the_reference_in_all_of(s, Some(target))));
+        steps.push(Box::new(move |s| drop_beside_references(s, Some(target))));
+        steps.push(Box::new(move |s| drop_beside_applicators(s, Some(target))));
+        steps.push(Box::new(|s| drop_beside_applicators(s, None)));
+        steps.push(Box::new(|s| keep_only_the_reference_in_all_of(s, None)));
     }
-    let left_out = drop_shared_pattern_properties(schema);
-    if !left_out.is_empty() {
-        return left_out;
-    }
-    drop_beside_references(schema, None)
+    steps.push(Box::new(drop_shared_pattern_properties));
+    steps.push(Box::new(|s| drop_beside_references(s, None)));
+    // A step that finds nothing to leave out changes nothing; the first that does is this one.
+    steps.iter().map(|step| step(schema)).find(|left_out| !left_out.is_empty()).unwrap_or_default()
 }
 
 /// The JSON pointer of a reference as llguidance names it (`json-schema:///#/definitions/a`,
