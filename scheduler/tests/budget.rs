@@ -372,16 +372,10 @@ fn under_both_targets_prefill_beside_decodes_keeps_the_pace_the_ttft_target_need
     // One prompt of 300 tokens: the plan would allow ~70 rows a step (90 ms); the even pace gives
     // it twice a decode-only step's time, and its first token still comes well within 2 s.
     s.add(new_seq(100, 300, 4)).unwrap();
-    let mut waited = 0.0;
-    while s.get(100).is_some_and(|q| q.num_output_tokens() == 0) {
-        let out = step(&mut s);
-        let secs = cost(&out);
-        s.record_step(Duration::from_secs_f64(secs));
-        waited += secs;
+    let waited = seconds_to_first_token(&mut s, 100, 2.0 * ttft, |out, secs| {
         let chunk = out.scheduled.iter().find(|r| r.seq_id == 100).map_or(0, |r| r.num_query_tokens);
         assert!(secs <= 3.0 * decode_only * 1.05 || chunk <= 16, "{secs} s with a {chunk}-token chunk");
-        assert!(waited < 2.0 * ttft, "the prompt stalled");
-    }
+    });
     assert!(waited <= ttft, "its first token came after {waited} s");
 
     // Forty such prompts at once need 12 s of prefill: more than the even pace clears in time, so
@@ -411,15 +405,28 @@ fn a_requests_own_ttft_target_paces_its_prefill() {
     let (mut s, _) = eight_decoding(config);
     let own = Duration::from_millis(600);
     s.add(entrobatch_scheduler::NewSequence { ttft_target: Some(own), ..new_seq(100, 300, 4) }).unwrap();
-    let mut waited = 0.0;
-    while s.get(100).is_some_and(|q| q.num_output_tokens() == 0) {
-        let out = step(&mut s);
-        let secs = cost(&out);
-        s.record_step(Duration::from_secs_f64(secs));
-        waited += secs;
-        assert!(waited < 2.0, "the prompt stalled");
-    }
+    let waited = seconds_to_first_token(&mut s, 100, 2.0, |_, _| {});
     assert!(waited <= own.as_secs_f64(), "its first token came after {waited} s");
+}
+
+/// Steps `s` at `cost` until sequence `id` has its first token, handing each step and its
+/// seconds to `each`; the seconds that took, which must stay under `limit` (else it stalled).
+fn seconds_to_first_token(
+    s: &mut Scheduler,
+    id: entrobatch_scheduler::SeqId,
+    limit: f64,
+    mut each: impl FnMut(&entrobatch_scheduler::SchedulerOutput, f64),
+) -> f64 {
+    let mut waited = 0.0;
+    while s.get(id).is_some_and(|q| q.num_output_tokens() == 0) {
+        let out = step(s);
+        let secs = cost(&out);
+        s.record_step(std::time::Duration::from_secs_f64(secs));
+        waited += secs;
+        each(&out, secs);
+        assert!(waited < limit, "the prompt stalled");
+    }
+    waited
 }
 
 /// A scheduler with eight sequences decoding long outputs, its step cost fitted on steps of
