@@ -11,8 +11,9 @@ pub struct SchedulerConfig {
     /// Prefill tokens (prompt chunks, recomputation after preemption) a step may carry while
     /// sequences decode in it. Every decode waits for the whole forward, so an arrival's long
     /// chunk would stall every stream (Sarathi-Serve's stall-free batching); a step with no
-    /// decode in it uses all of `max_num_batched_tokens`. A TPOT target replaces both with what
-    /// the target leaves (`Scheduler::prefill_allowance`).
+    /// decode in it uses all of `max_num_batched_tokens`. Both are rows of an ordinary prompt:
+    /// deep in a long one, a cap buys the time its rows take there. A TPOT target replaces both
+    /// with what the target leaves (`Scheduler::prefill_allowance`).
     pub max_prefill_tokens_with_decodes: usize,
     /// Most sequences running (holding blocks) at once.
     pub max_num_seqs: usize,

@@ -22,7 +22,7 @@ impl Scheduler {
         let PrefillAllowance::Seconds { left, model, max_tokens, min_tokens } = allowance else {
             return allowance;
         };
-        if decodes.rows == 0 {
+        if decodes.rows == 0 || self.config.latency_targets.tpot.is_none() {
             return allowance;
         }
         let decode_seconds = model.seconds(decodes);

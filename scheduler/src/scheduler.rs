@@ -13,7 +13,11 @@ use crate::prefix_hash::PrefixCacheStats;
 use crate::seq_blocks::SeqBlocks;
 use crate::sequence::{SeqId, Sequence};
 use crate::step_budget::StepBudget;
-use crate::step_cost::{StepCost, StepWork};
+use crate::step_cost::{CostModel, StepCost, StepWork};
+
+/// The context at which the token caps are priced once the step cost is fitted: about a chat
+/// turn with its history, the prompts the caps were sized for (`SchedulerConfig`'s default).
+const CAP_PRICED_AT_CONTEXT: usize = 1024;
 
 pub struct Scheduler {
     pub(crate) config: SchedulerConfig,
@@ -105,17 +109,18 @@ impl Scheduler {
     }
 
     /// The prefill a step may carry beside `decodes`. With a TPOT target and a fitted step
-    /// cost, prefill gets the time the step budget (`LatencyTargets::planned_step_time`, under the target)
-    /// leaves once the decodes are paid for, each row
-    /// priced at its depth in its context (`PrefillAllowance::Seconds`), in a step without
-    /// decodes too: a request arriving during a step waits for it, and a whole budget of rows
-    /// deep in a long prompt is seconds on a few cores, so an unbounded prefill-only step is
-    /// what a short prompt arriving beside a long one would wait for. Without a target, a
-    /// prefill alone takes the whole step, and beside decodes the fixed
-    /// `max_prefill_tokens_with_decodes`.
+    /// cost, prefill gets the time the step budget (`LatencyTargets::planned_step_time`, under
+    /// the target) leaves once the decodes are paid for, each row priced at its depth in its
+    /// context (`PrefillAllowance::Seconds`), in a step without decodes too: a request arriving
+    /// during a step waits for it, and a whole budget of rows deep in a long prompt is seconds
+    /// on a few cores, so an unbounded prefill-only step is what a short prompt arriving beside
+    /// a long one would wait for. Without a target the caps hold: a prefill alone takes the
+    /// whole step, and beside decodes `max_prefill_tokens_with_decodes`; once the step cost is
+    /// fitted, each cap buys the time its rows take at `CAP_PRICED_AT_CONTEXT` (`capped_in_time`).
     pub(crate) fn prefill_allowance(&self, decodes: StepWork) -> PrefillAllowance {
         let rows = self.config.max_num_batched_tokens;
         let free = rows.saturating_sub(decodes.rows);
+        let cap = if decodes.rows == 0 { rows } else { self.config.max_prefill_tokens_with_decodes.min(free) };
         match (self.config.latency_targets.planned_step_time(decodes.rows > 0), self.step_cost.model()) {
             (Some(budget), Some(model)) => PrefillAllowance::Seconds {
                 left: (budget.as_secs_f64() - model.seconds(decodes)).max(0.0),
@@ -123,8 +128,23 @@ impl Scheduler {
                 max_tokens: free,
                 min_tokens: self.config.block_size.min(free),
             },
-            _ if decodes.rows == 0 => PrefillAllowance::Tokens(rows),
-            _ => PrefillAllowance::Tokens(self.config.max_prefill_tokens_with_decodes.min(free)),
+            (None, Some(model)) => self.capped_in_time(cap, model),
+            _ => PrefillAllowance::Tokens(cap),
+        }
+    }
+
+    /// A cap of `cap` prefill tokens, as time: what `cap` rows take at `CAP_PRICED_AT_CONTEXT`
+    /// tokens of context. Chunks of prompts within that context get the whole cap, as in tokens;
+    /// a chunk deep in a long one attends to every key before it, and at tens of thousands of
+    /// tokens a row costs several fresh ones, so the same number of rows would stall every
+    /// decode beside it (and a prompt arriving during a prefill-only step) for seconds. At least
+    /// a block, so a long prompt always progresses.
+    fn capped_in_time(&self, cap: usize, model: CostModel) -> PrefillAllowance {
+        PrefillAllowance::Seconds {
+            left: model.chunk_seconds(CAP_PRICED_AT_CONTEXT, cap),
+            model,
+            max_tokens: cap,
+            min_tokens: self.config.block_size.min(cap),
         }
     }
 

@@ -259,6 +259,45 @@ fn a_tpot_target_sizes_prefill_from_the_measured_step_cost() {
     assert!(first > 16, "more than the fixed cap while the target allows it: {chunks:?}");
 }
 
+/// Without a target the token caps hold for ordinary prompts, and deep in a long one each cap
+/// buys the time its rows take in an ordinary prompt (1k tokens of context): a chunk 4k tokens
+/// into its context costs about twice that a row here, so the same 64 rows would make every
+/// step beside it (and a step of it alone, which an arrival waits for) several times longer.
+#[test]
+fn without_a_target_the_caps_buy_what_their_rows_cost_in_an_ordinary_prompt() {
+    let mut config = config(512, 64, 16, 4096);
+    config.max_prefill_tokens_with_decodes = 64;
+    let (mut s, decode_only) = eight_decoding(config);
+    // 64 rows after 1,024 tokens of context: 64 ms a row's worth, 135 ms of keys.
+    let cap_time = 0.001 * 64.0 + 0.002 * StepWork::span(1024, 64).kilo_keys;
+    s.add(new_seq(100, 4000, 4)).unwrap();
+    let mut chunks = Vec::new();
+    seconds_to_first_token(&mut s, 100, 60.0, |out, secs| {
+        let chunk = out.scheduled.iter().find(|r| r.seq_id == 100).map_or(0, |r| r.num_query_tokens);
+        assert!(secs <= (decode_only + cap_time) * 1.05 || chunk <= 16, "{secs} s with a {chunk}-token chunk");
+        chunks.push(chunk);
+    });
+    assert_eq!(chunks[..8], [64; 8], "an ordinary prompt's chunks are the cap in tokens");
+    let last = chunks[chunks.len() - 2];
+    assert!((16..40).contains(&last), "4k tokens deep: {last} rows ({chunks:?})");
+
+    // Alone, a long prompt takes the whole step while it is shallow, and deep in its context no
+    // more than what the whole step's rows take at 1k, where all 512 rows would take 4.4 s.
+    for id in 1..=8 {
+        assert!(s.abort(id));
+    }
+    let full_step_time = 0.001 * 512.0 + 0.002 * StepWork::span(1024, 512).kilo_keys;
+    s.add(new_seq(200, 6000, 4)).unwrap();
+    let mut alone = Vec::new();
+    seconds_to_first_token(&mut s, 200, 120.0, |out, secs| {
+        let chunk = out.scheduled.iter().find(|r| r.seq_id == 200).map_or(0, |r| r.num_query_tokens);
+        assert!(secs <= 0.010 + full_step_time * 1.05, "{secs} s with a {chunk}-token chunk");
+        alone.push(chunk);
+    });
+    assert_eq!(alone.iter().max(), Some(&512), "{alone:?}");
+    assert!(alone[alone.len() - 2] < 300, "{alone:?}");
+}
+
 /// A TPOT target holds a step of prefill alone to the target as well: with nothing decoding, a
 /// long prompt deep in its context would otherwise take the whole budget of its most expensive
 /// rows, and a short prompt arriving during that step waits for all of it.
