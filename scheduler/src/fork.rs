@@ -72,7 +72,7 @@ impl Scheduler {
             skip_prefix_cache: p.skip_prefix_cache,
             ttft_target: None,
         };
-        let mut seq = Sequence::new(request, self.next_arrival);
+        let mut seq = Sequence::new(request, self.next_arrival, self.clock);
         seq.num_prompt_tokens = p.num_prompt_tokens;
         seq.num_computed_tokens = p.num_computed_tokens;
         seq.prefill_len = p.prefill_len;

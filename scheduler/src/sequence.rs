@@ -88,7 +88,8 @@ pub struct Sequence {
 }
 
 impl Sequence {
-    pub(crate) fn new(request: NewSequence, arrival: u64) -> Self {
+    /// `arrival` is its admission order, `added_at` the scheduler's clock now.
+    pub(crate) fn new(request: NewSequence, arrival: u64, added_at: Duration) -> Self {
         Self {
             id: request.id,
             num_prompt_tokens: request.prompt_token_ids.len(),
@@ -97,7 +98,7 @@ impl Sequence {
             num_computed_tokens: 0,
             max_tokens: request.max_tokens,
             arrival,
-            added_at: Duration::ZERO,
+            added_at,
             ttft_target: request.ttft_target,
             status: SequenceStatus::Waiting,
             blocks: None,

@@ -20,9 +20,7 @@ impl Scheduler {
         }
         self.config.check_fits(seq.id, seq.prompt_token_ids.len(), seq.max_tokens, 0)?;
         let id = seq.id;
-        let mut seq = Sequence::new(seq, self.next_arrival);
-        seq.added_at = self.clock;
-        self.sequences.insert(id, seq);
+        self.sequences.insert(id, Sequence::new(seq, self.next_arrival, self.clock));
         self.next_arrival += 1;
         self.waiting.push_back(id);
         Ok(())
