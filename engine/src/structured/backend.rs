@@ -300,11 +300,14 @@ enum Strictness {
 /// schema to the check after, and each costs about what the first compile did.
 const MAX_RELAXATIONS: usize = 8;
 
-/// The schema with llguidance's JSON options set for compact output: no whitespace between
-/// tokens. llguidance's default (`whitespace_flexible`) allows any run of whitespace wherever
-/// JSON does, and a model sampled at temperature 1 can then emit whitespace until max_tokens.
-/// Other llguidance options a client put in `x-guidance` (e.g. separators) are kept;
-/// whitespace settings are not, and `lenient` and `coerce_one_of` follow the strictness.
+/// The schema with llguidance's JSON options set for compact output, no whitespace between
+/// tokens, unless the client's `x-guidance` sets `whitespace_flexible` or `whitespace_pattern`.
+/// llguidance's default allows any run of whitespace wherever JSON does, and a model sampled at
+/// temperature 1 can then emit whitespace until max_tokens; whitespace bounded as llama.cpp's
+/// JSON grammars bound it lets a small model spend its tokens on indentation and repeat itself
+/// more often than the compact form does (BENCHMARKS.md, JSONSchemaBench). Other options a
+/// client put in `x-guidance` (separators) are kept; `lenient` and `coerce_one_of` follow the
+/// strictness.
 fn compact_schema(schema: Value, strictness: Strictness) -> Result<Value, StructuredError> {
     let mut obj = match schema {
         Value::Object(o) => o,
@@ -317,13 +320,20 @@ fn compact_schema(schema: Value, strictness: Strictness) -> Result<Value, Struct
             )))
         }
     };
-    let mut opts = match obj.remove("x-guidance") {
+    let client = obj.remove("x-guidance");
+    let client_sets_whitespace = client
+        .as_ref()
+        .and_then(Value::as_object)
+        .is_some_and(|o| o.contains_key("whitespace_flexible") || o.contains_key("whitespace_pattern"));
+    let mut opts = match client {
         Some(v) => serde_json::from_value::<JsonCompileOptions>(v)
             .map_err(|e| StructuredError::InvalidSchema(format!("x-guidance: {e}")))?,
         None => JsonCompileOptions::default(),
     };
-    opts.whitespace_flexible = false;
-    opts.whitespace_pattern = None;
+    if !client_sets_whitespace {
+        opts.whitespace_flexible = false;
+        opts.whitespace_pattern = None;
+    }
     // A `oneOf` whose branches llguidance cannot prove disjoint: best effort decodes it as
     // `anyOf`, as llama.cpp and most grammar engines do, and the output is checked against the
     // real `oneOf` afterwards (llguidance warns, so a check is attached); strict refuses it,
@@ -367,18 +377,26 @@ mod tests {
     }
 
     #[test]
-    fn compact_schema_forces_whitespace_off() {
+    fn json_is_compact_unless_the_client_sets_whitespace() {
+        let s = compact_schema(json!({"type": "object", "x-guidance": {"item_separator": ", "}}), Strictness::Strict)
+            .unwrap();
+        let g = &s["x-guidance"];
+        assert_eq!(g["whitespace_flexible"], json!(false));
+        assert_eq!(g["whitespace_pattern"], Value::Null);
+        assert_eq!(g["item_separator"], json!(", "), "the client's other options are kept");
+        let s = compact_schema(json!({"x-guidance": {"whitespace_flexible": true}}), Strictness::Strict).unwrap();
+        assert_eq!(s["x-guidance"]["whitespace_flexible"], json!(true));
+        assert_eq!(s["x-guidance"]["whitespace_pattern"], Value::Null);
         let s = compact_schema(
             json!({
                 "type": "object",
-                "x-guidance": {"whitespace_flexible": true, "whitespace_pattern": " +", "lenient": true}
+                "x-guidance": {"whitespace_flexible": false, "whitespace_pattern": " +", "lenient": true}
             }),
             Strictness::Strict,
         )
         .unwrap();
         let g = &s["x-guidance"];
-        assert_eq!(g["whitespace_flexible"], json!(false));
-        assert_eq!(g["whitespace_pattern"], Value::Null);
+        assert_eq!(g["whitespace_pattern"], json!(" +"), "the client's own whitespace is kept");
         assert_eq!(g["lenient"], json!(false), "strictness decides");
         assert_eq!(g["coerce_one_of"], json!(false), "strictness decides");
         assert_eq!(s["type"], json!("object"));

@@ -10,7 +10,7 @@
 //!   sampler applies) -> sample -> [`Constraint::commit`]; stop when
 //!   [`Constraint::is_finished`] or an EOS id was committed.
 //!
-//! JSON grammars are compact: llguidance's flexible whitespace is switched off, so outputs
+//! JSON grammars are compact unless the client's `x-guidance` asks for whitespace: outputs
 //! are short and a sampled model cannot pad them with endless whitespace.
 
 mod backend;

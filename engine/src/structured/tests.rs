@@ -455,3 +455,19 @@ fn a_structure_llguidance_refuses_is_decoded_under_the_rest_and_checked_after_un
     let unsatisfiable = json!({"type": "integer", "minimum": 5, "maximum": 1});
     assert!(b.compile(&StructuredOutput::JsonSchema(unsatisfiable)).is_err());
 }
+
+/// The compact default gives way to whitespace the client's own `x-guidance` asks for.
+#[test]
+fn a_clients_whitespace_option_is_honoured() {
+    let Some(tok) = tokenizer() else { return };
+    let space = tok.encode(" ", false).unwrap()[0];
+    let open = tok.encode("{", false).unwrap()[0];
+    let mut schema = person_schema();
+    let mut c = compile(&StructuredOutput::JsonSchema(schema.clone()));
+    c.commit(open).unwrap();
+    assert!(!c.mask().unwrap().allows(space), "compact by default");
+    schema["x-guidance"] = json!({"whitespace_pattern": " "});
+    let mut c = compile(&StructuredOutput::JsonSchema(schema));
+    c.commit(open).unwrap();
+    assert!(c.mask().unwrap().allows(space), "the client's whitespace");
+}
