@@ -15,6 +15,7 @@ use toktrie::{TokEnv, TokenizerEnv};
 use super::constraint::{clean, Constraint, SchemaCheck};
 use super::gbnf::gbnf_to_lark;
 use super::limits::{CompileSlots, GrammarLimits};
+use super::negation::rewrite_negated_required;
 use super::patterns::drop_patterns;
 use super::relax::relax;
 use super::schema_walk::for_each_schema;
@@ -346,6 +347,7 @@ fn compact_schema(schema: Value, strictness: Strictness) -> Result<Value, Struct
     obj.insert("x-guidance".into(), opts);
     let mut schema = Value::Object(obj);
     drop_unknown_formats(&mut schema);
+    rewrite_negated_required(&mut schema);
     Ok(schema)
 }
 

@@ -17,6 +17,7 @@ mod backend;
 mod constraint;
 mod gbnf;
 mod limits;
+mod negation;
 mod patterns;
 mod relax;
 mod schema_walk;

@@ -471,3 +471,44 @@ fn a_clients_whitespace_option_is_honoured() {
     c.commit(open).unwrap();
     assert!(c.mask().unwrap().allows(space), "the client's whitespace");
 }
+
+/// Whether the grammar lets `text` through, token by token, to its end.
+fn grammar_accepts(spec: &StructuredOutput, text: &str) -> bool {
+    let tok = tokenizer().expect("tokenizer");
+    let mut c = compile(spec);
+    for id in tok.encode(text, false).unwrap() {
+        if !c.mask().unwrap().allows(id) {
+            return false;
+        }
+        c.commit(id).unwrap();
+    }
+    c.is_finished()
+}
+
+#[test]
+fn properties_that_may_not_appear_together_are_enforced_by_the_grammar_even_under_strict() {
+    let Some(_) = tokenizer() else { return };
+    let schema = json!({
+        "type": "object",
+        "properties": {"id": {"type": "string"}, "site": {"type": "object"}, "app": {"type": "object"}},
+        "required": ["id"],
+        "additionalProperties": false,
+        "not": {"required": ["site", "app"]},
+    });
+    for spec in [StructuredOutput::StrictJsonSchema(schema.clone()), StructuredOutput::JsonSchema(schema)] {
+        for text in [r#"{"id":"x"}"#, r#"{"id":"x","site":{}}"#, r#"{"id":"x","app":{}}"#] {
+            assert!(grammar_accepts(&spec, text), "{text}");
+        }
+        assert!(!grammar_accepts(&spec, r#"{"id":"x","site":{},"app":{}}"#), "both together");
+        assert!(!grammar_accepts(&spec, r#"{"id":"x","app":{},"site":{}}"#), "both together");
+        assert_eq!(check_after(&spec, r#"{"id":"x","app":{}}"#), (vec![], None), "enforced whole: nothing to check");
+    }
+    // Properties that may not appear at all, inside a property's schema.
+    let schema = json!({
+        "type": "object",
+        "properties": {"bid": {"type": "object", "not": {"anyOf": [{"required": ["a"]}, {"required": ["b"]}]}}},
+    });
+    let spec = StructuredOutput::StrictJsonSchema(schema);
+    assert!(grammar_accepts(&spec, r#"{"bid":{"c":1}}"#));
+    assert!(!grammar_accepts(&spec, r#"{"bid":{"b":1}}"#));
+}
