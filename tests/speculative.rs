@@ -1,6 +1,7 @@
 //! Speculative decoding must be invisible in the output: with drafts verified inside the batch,
 //! every request draws exactly the tokens it draws without them (greedy or seeded sampling,
-//! alone or batched, under preemption, under a grammar), and nothing leaks.
+//! alone or batched, under preemption, under a grammar, from the engine's drafter or from a
+//! client's predicted output), and nothing leaks.
 
 use entrobatch_testkit::common;
 
@@ -13,8 +14,8 @@ use entrobatch::faults::FaultInjection;
 use entrobatch::model_runner::testing::TinyModelSpec;
 use entrobatch::structured::StructuredOutput;
 use entrobatch::{
-    Decoding, Engine, EngineConfig, EngineError, GenerationParams, MatmulMode, Prompt, Request, SamplingParams,
-    SpeculativeConfig,
+    Decoding, Engine, EngineConfig, EngineError, GenerationOutput, GenerationParams, MatmulMode, Prompt, Request,
+    SamplingParams, SpeculativeConfig,
 };
 
 fn lookup() -> SpeculativeConfig {
@@ -156,6 +157,51 @@ fn regex_lite(_: &str) -> impl Fn(&str) -> bool {
     |s: &str| count(s).is_some_and(|n| (3..=12).contains(&n))
 }
 
+fn generate(engine: &Engine, prompt: &[u32], params: GenerationParams) -> GenerationOutput {
+    let handle = engine.submit(Request::new(Prompt::TokenIds(prompt.to_vec()), params)).expect("submit");
+    let out = handle.collect_blocking();
+    assert_eq!(out.error, None);
+    out
+}
+
+/// `text` with `insert` put in at about its middle (on a character boundary): an edit.
+fn edited(text: &str, insert: &str) -> String {
+    let mid = (0..=text.len() / 2).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    format!("{}{insert}{}", &text[..mid], &text[mid..])
+}
+
+/// A client's predicted output drafts on an engine with no drafter of its own: every request
+/// gets the tokens it gets without one, greedy or seeded, whether the prediction is the answer
+/// itself or the answer with an edit in its middle, and its drafts are counted as kept and
+/// thrown away.
+#[test]
+fn a_predicted_output_is_drafted_from_and_changes_nothing() {
+    let path = tiny_model(&TinyModelSpec::qwen2(), "spec-predicted");
+    let engine = start(EngineConfig::new(&path), false);
+    let prompts = varied_prompt_ids(&engine);
+    let (mut accepted, mut rejected) = (0, 0);
+    for temperature in [0.0, 0.4] {
+        for (i, prompt) in prompts.iter().enumerate().take(4) {
+            let mut plain = params(temperature);
+            plain.sampling.seed = Some(7 + i as u64);
+            let expected = generate(&engine, prompt, plain.clone());
+            assert_eq!(expected.prediction, None, "no prediction, no counts");
+            for prediction in [expected.text.clone(), edited(&expected.text, " zebra quartz ")] {
+                let asked = GenerationParams { prediction: Some(prediction), ..plain.clone() };
+                let out = generate(&engine, prompt, asked);
+                assert_eq!(out.token_ids, expected.token_ids, "temperature {temperature}, prompt {i}");
+                let counts = out.prediction.expect("a prediction's drafts are counted");
+                accepted += counts.accepted;
+                rejected += counts.rejected;
+            }
+        }
+    }
+    assert!(accepted > 0 && rejected > 0, "{accepted} prediction tokens kept, {rejected} thrown away");
+    let m = engine.metrics();
+    assert!(m.spec_decode.num_draft_tokens.load(Ordering::Relaxed) as usize >= accepted + rejected);
+    assert_eq!(m.kv_blocks_used.load(Ordering::Relaxed), 0, "KV blocks leaked");
+}
+
 #[test]
 fn a_request_asks_for_speculation_only_where_it_can_have_it() {
     let path = tiny_model(&TinyModelSpec::llama(), "spec-refusals");
@@ -178,4 +224,22 @@ fn a_request_asks_for_speculation_only_where_it_can_have_it() {
     assert_eq!(spec.metrics().spec_decode.num_drafts.load(Ordering::Relaxed), 0);
     run(&spec, &prompts, &asking);
     assert!(spec.metrics().spec_decode.num_drafts.load(Ordering::Relaxed) > 0);
+
+    // A predicted output asks for speculation: refused where the request cannot have it, by
+    // the field that asked, and when it is longer than any output can be.
+    let predicted = GenerationParams { prediction: Some("a b c".into()), ..params(0.0) };
+    let submit = |engine: &Engine, params: GenerationParams| {
+        engine.submit(Request::new(Prompt::TokenIds(vec![70, 71]), params)).map(|_| ()).map_err(field)
+    };
+    let mti = GenerationParams { decoding: Decoding::Mti(Default::default()), ..predicted.clone() };
+    assert_eq!(submit(&plain, mti), Err("prediction"));
+    let off = GenerationParams { speculative: Some(false), ..predicted.clone() };
+    assert_eq!(submit(&spec, off), Err("prediction"));
+    let context = plain.info().max_model_len;
+    let long = "the cat sat on the mat. ".repeat(context);
+    let num_tokens =
+        plain.tokenize_prompt(&Prompt::Text(long.clone()), &GenerationParams::default()).expect("tokenize");
+    assert!(num_tokens.len() > context);
+    assert_eq!(submit(&plain, GenerationParams { prediction: Some(long), ..params(0.0) }), Err("prediction"));
+    assert_eq!(submit(&plain, predicted), Ok(()));
 }

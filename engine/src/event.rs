@@ -122,7 +122,20 @@ pub enum Event {
         /// against the whole schema, empty when valid. `None` when nothing was checked.
         #[serde(default)]
         schema_errors: Option<Vec<String>>,
+        /// How the request's predicted output (`GenerationParams::prediction`) fared as
+        /// drafts; `None` when it sent none.
+        #[serde(default)]
+        prediction: Option<PredictionTokens>,
     },
+}
+
+/// Draft tokens taken from a predicted output that verification kept, and that it tried and
+/// threw away (OpenAI's `accepted_prediction_tokens` and `rejected_prediction_tokens`; the
+/// rejected ones cost a row of a step each and are not in the output).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PredictionTokens {
+    pub accepted: usize,
+    pub rejected: usize,
 }
 
 impl From<FinishReason> for entrobatch_scheduler::FinishReason {

@@ -4,6 +4,7 @@
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use crossbeam_channel::Sender;
 use futures::Stream;
@@ -11,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::command::Command;
-use crate::event::{Event, FinishReason, GeneratedToken, PromptLogprob, RequestId};
+use crate::event::{Event, FinishReason, GeneratedToken, PredictionTokens, PromptLogprob, RequestId};
 
 /// A submitted request's output: a stream of events usable from sync code (`Iterator`,
 /// blocking) or async code (`Stream`). Dropping it aborts the request.
@@ -45,6 +46,13 @@ pub struct GenerationOutput {
     /// The schema check of `Event::Finished`.
     #[serde(default)]
     pub schema_errors: Option<Vec<String>>,
+    /// How a predicted output fared as drafts (`Event::Finished`).
+    #[serde(default)]
+    pub prediction: Option<PredictionTokens>,
+    /// When the first output tokens reached this handle: what a time to first token or a
+    /// split of prompt and generation time is measured against. `None` when none came.
+    #[serde(skip)]
+    pub first_token_at: Option<Instant>,
 }
 
 impl RequestHandle {
@@ -113,6 +121,8 @@ impl RequestHandle {
             prompt_logprobs: Vec::new(),
             stop_string: None,
             schema_errors: None,
+            prediction: None,
+            first_token_at: None,
         }
     }
 
@@ -130,11 +140,24 @@ impl GenerationOutput {
         match event {
             Event::PromptLogprobs(logprobs) => self.prompt_logprobs.extend(logprobs),
             Event::Tokens { tokens, text } => {
+                if !tokens.is_empty() {
+                    self.first_token_at.get_or_insert_with(Instant::now);
+                }
                 self.token_ids.extend(tokens.iter().map(|t| t.token_id));
                 self.tokens.extend(tokens);
                 self.text.push_str(&text);
             }
-            Event::Finished { reason, error, strategy_stats, cached_tokens, stop_string, schema_errors, .. } => {
+            Event::Finished {
+                reason,
+                error,
+                strategy_stats,
+                cached_tokens,
+                stop_string,
+                schema_errors,
+                prediction,
+                ..
+            } => {
+                self.prediction = prediction;
                 self.schema_errors = schema_errors;
                 self.finish_reason = reason;
                 self.stop_string = stop_string;

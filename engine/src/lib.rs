@@ -40,7 +40,8 @@ pub use entrobatch_sampler::SamplingParams;
 pub use entrobatch_scheduler::{LatencyTargets, WouldMissTtft};
 pub use error::{EngineError, Result};
 pub use event::{
-    BranchReport, Event, FinishReason, GeneratedToken, PromptLogprob, RequestId, TokenLogprob, TokenMetrics,
+    BranchReport, Event, FinishReason, GeneratedToken, PredictionTokens, PromptLogprob, RequestId, TokenLogprob,
+    TokenMetrics,
 };
 pub use handle::{GenerationOutput, RequestHandle};
 pub use metrics::EngineMetrics;

@@ -56,6 +56,11 @@ pub struct GenerationParams {
     /// engine has no drafter or the strategy cannot speculate), `Some(false)` turns it off,
     /// `None` takes the engine's default (on when it has a drafter and the strategy allows).
     pub speculative: Option<bool>,
+    /// The output the client expects, mostly (OpenAI's Predicted Outputs): a file a code edit
+    /// returns with a few lines changed, a document answered back with corrections. Drafted
+    /// from, so the tokens that repeat it cost a fraction of a step each; the output is what it
+    /// would be without it. Asks for speculation as `speculative: Some(true)` does.
+    pub prediction: Option<String>,
 }
 
 impl Default for GenerationParams {
@@ -77,6 +82,7 @@ impl Default for GenerationParams {
             prompt_logprobs: None,
             ttft_target_ms: None,
             speculative: None,
+            prediction: None,
         }
     }
 }

@@ -156,7 +156,7 @@ impl RequestState {
         counts: SequenceCounts,
         schema_errors: Option<Vec<String>>,
     ) {
-        let Self { in_flight, sender, strategy, num_prompt_tokens, matched_stop, .. } = self;
+        let Self { in_flight, sender, strategy, num_prompt_tokens, matched_stop, speculation, .. } = self;
         drop(in_flight);
         let _ = sender.send(Event::Finished {
             reason,
@@ -167,6 +167,7 @@ impl RequestState {
             strategy_stats: strategy.summary(),
             stop_string: matched_stop,
             schema_errors,
+            prediction: speculation.and_then(|s| s.prediction_tokens()),
         });
     }
 }

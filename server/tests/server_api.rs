@@ -46,6 +46,10 @@ fn openai_client_gets_the_engines_greedy_tokens() {
     assert_eq!(stream["finish_reason"], json!(reference.finish_reason.as_str()));
     assert_eq!(stream["usage"]["completion_tokens"], json!(reference.token_ids.len()));
     assert_eq!(stream["usage"]["prompt_tokens"], json!(reference.prompt_token_ids.len()));
+    let predicted = &seen["predicted"];
+    assert_eq!(predicted["text"], json!(reference.text), "a prediction changed the answer");
+    assert!(predicted["accepted"].as_u64().is_some_and(|n| n > 0), "the answer as prediction, none kept: {predicted}");
+    assert!(predicted["rejected"].as_u64().is_some(), "{predicted}");
 
     let text = Prompt::Text("The quick brown fox".into());
     let reference = server.engine.generate(vec![text], &greedy(24, true)).expect("generate").remove(0);

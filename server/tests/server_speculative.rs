@@ -65,3 +65,87 @@ fn a_server_without_a_drafter_refuses_a_request_that_asks_for_one() {
     let fine = json!({ "messages": [{ "role": "user", "content": "hi" }], "max_tokens": 2, "speculative": false });
     assert_eq!(server.post_json("/v1/chat/completions", &fine).status, 200);
 }
+
+/// OpenAI's Predicted Outputs on a server with no drafter: the answer is the one given without
+/// a prediction, on both routes, whole or streamed, and `usage.completion_tokens_details`
+/// counts the prediction's tokens kept and thrown away; a prediction of another shape, or one
+/// beside `speculative: false`, is a 400 naming `prediction`.
+#[test]
+fn a_predicted_output_is_drafted_from_and_counted_in_usage() {
+    let mut config = engine_config(tiny_model("spec-http-predicted", 512));
+    config.faults = FaultInjection { slow_forward: Some(Duration::from_millis(3)), ..Default::default() };
+    let server = TestServer::start(config);
+    let chat = |extra: serde_json::Value| {
+        let mut body = json!({
+            "messages": [{ "role": "user", "content": repetitive() }],
+            "max_tokens": 32, "temperature": 0, "ignore_eos": true,
+        });
+        body.as_object_mut().expect("object").extend(extra.as_object().expect("object").clone());
+        server.post_json("/v1/chat/completions", &body)
+    };
+    let plain = chat(json!({}));
+    assert_eq!(plain.status, 200, "{}", plain.text());
+    assert!(plain.json()["usage"].get("completion_tokens_details").is_none(), "{}", plain.text());
+    let answer = plain.json()["choices"][0]["message"]["content"].as_str().expect("content").to_string();
+    // The answer with an edit in it, as a string and as text parts.
+    let cut = answer.char_indices().nth(answer.chars().count() / 2).map_or(0, |(i, _)| i);
+    let edited = format!("{} zebra {}", &answer[..cut], &answer[cut..]);
+    let parts = json!([{ "type": "text", "text": &answer[..cut] }, { "type": "text", "text": &answer[cut..] }]);
+    let (mut accepted, mut rejected) = (0, 0);
+    for content in [json!(answer), json!(edited), parts] {
+        let r = chat(json!({ "prediction": { "type": "content", "content": content } }));
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["choices"][0]["message"]["content"], json!(answer), "greedy output changed");
+        let details = &r.json()["usage"]["completion_tokens_details"];
+        accepted += details["accepted_prediction_tokens"].as_u64().expect("accepted");
+        rejected += details["rejected_prediction_tokens"].as_u64().expect("rejected");
+    }
+    assert!(accepted > 0 && rejected > 0, "{accepted} kept, {rejected} thrown away");
+    assert!(server.metric("entrobatch_spec_decode_num_accepted_tokens_total") >= accepted as f64);
+
+    // Streamed completions: the same text, the counts in the usage chunk.
+    let prompt = repetitive();
+    let plain = server.post_json(
+        "/v1/completions",
+        &json!({ "prompt": prompt, "max_tokens": 32, "temperature": 0, "ignore_eos": true }),
+    );
+    let text = plain.json()["choices"][0]["text"].as_str().expect("text").to_string();
+    let streamed = server.post_json(
+        "/v1/completions",
+        &json!({
+            "prompt": prompt, "max_tokens": 32, "temperature": 0, "ignore_eos": true, "stream": true,
+            "stream_options": { "include_usage": true }, "prediction": { "type": "content", "content": text },
+        }),
+    );
+    assert_eq!(streamed.status, 200, "{}", streamed.text());
+    let chunks: Vec<serde_json::Value> = streamed
+        .sse_data()
+        .iter()
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).expect("chunk"))
+        .collect();
+    let got: String = chunks.iter().filter_map(|c| c["choices"][0]["text"].as_str()).collect();
+    assert_eq!(got, text);
+    let usage = &chunks.last().expect("usage chunk")["usage"];
+    assert!(
+        usage["completion_tokens_details"]["accepted_prediction_tokens"].as_u64().is_some_and(|n| n > 0),
+        "{usage}"
+    );
+
+    for (prediction, needle) in [
+        (json!("just text"), "\"type\": \"content\""),
+        (json!({ "type": "content" }), "\"content\""),
+        (json!({ "type": "image", "content": "x" }), "\"type\": \"content\""),
+        (json!({ "type": "content", "content": [{ "type": "image_url", "image_url": "x" }] }), "each part"),
+        (json!({ "type": "content", "content": "x", "extra": 1 }), "extra"),
+    ] {
+        let r = chat(json!({ "prediction": prediction }));
+        assert_eq!(r.status, 400, "{prediction}: {}", r.text());
+        assert_eq!(r.json()["error"]["param"], "prediction", "{}", r.text());
+        let message = r.json()["error"]["message"].as_str().unwrap_or_default().to_string();
+        assert!(message.contains(needle), "{prediction}: {message}");
+    }
+    let both = chat(json!({ "prediction": { "type": "content", "content": "x" }, "speculative": false }));
+    assert_eq!(both.status, 400, "{}", both.text());
+    assert_eq!(both.json()["error"]["param"], "prediction", "{}", both.text());
+}

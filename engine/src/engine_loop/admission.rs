@@ -152,5 +152,6 @@ pub(super) fn refuse(req: PendingRequest, why: &str) {
         strategy_stats: None,
         stop_string: None,
         schema_errors: None,
+        prediction: None,
     });
 }

@@ -48,6 +48,7 @@ pub(super) fn decide(work: Work<'_>) -> Result<Decision, String> {
     let fast_forward = input.sampling.logprobs.is_none();
     // Only a speculating request looks at a row again after its draw (the next draft's entropy).
     let rows = speculation.as_ref().map(|_| input.logits.clone());
+    let num_prompt = input.prompt_token_ids.len();
     let mut fork_constraints = Vec::new();
     let (mut output, num_accepted) = if draft.is_empty() {
         (choose_tokens(strategy, constraint.as_deref_mut(), input, &mut fork_constraints)?, 0)
@@ -73,7 +74,8 @@ pub(super) fn decide(work: Work<'_>) -> Result<Decision, String> {
         let mut context = Vec::with_capacity(token_ids.len() + output.tokens.len());
         context.extend_from_slice(token_ids);
         context.extend(output.tokens.iter().map(|t| t.token_id));
-        next_draft = speculation.propose(&context, suffix, shared_acceptance, || entrobatch_sampler::entropy_nats(row));
+        next_draft = speculation
+            .propose(&context, num_prompt, suffix, shared_acceptance, || entrobatch_sampler::entropy_nats(row));
     }
     Ok(Decision { output, num_draft: draft.len(), num_accepted, verdict, next_draft, fork_constraints })
 }

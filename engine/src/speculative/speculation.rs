@@ -3,7 +3,9 @@
 use super::config::{SpeculativeConfig, SpeculativeMethod};
 use super::drafter::{Draft, Drafter};
 use super::ngram::PromptLookup;
+use super::prediction::Prediction;
 use super::suffix::SuffixIndex;
+use crate::event::PredictionTokens;
 
 /// Below this entropy (nats) at the row a draft starts from, the model was sure of its last
 /// token: copying regions (code being repeated, a quoted passage) look like this, and drafts
@@ -90,14 +92,18 @@ impl SharedAcceptance {
 }
 
 pub struct Speculation {
-    lookup: PromptLookup,
+    /// `None`: the engine has no drafter and the request drafts from its prediction alone.
+    lookup: Option<PromptLookup>,
     method: SpeculativeMethod,
+    /// The client's predicted output, drafted from before any lookup: the client knows.
+    prediction: Option<Prediction>,
+    prediction_tokens: PredictionTokens,
     max_draft: usize,
     /// By the entropy where the draft starts: confident, then unsure. Each starts from the
     /// engine's pooled rate when the request first drafts there.
     rates: [Option<AcceptanceRate>; 2],
-    /// The bucket of the draft being verified.
-    in_flight: Option<usize>,
+    /// The bucket of the draft being verified, and whether it came from the prediction.
+    in_flight: Option<(usize, bool)>,
     /// Whether the last draft was granted rows. The entropy is a pass over the vocabulary (a
     /// few percent of a step at a full batch of a 152k-vocabulary model), worth paying only
     /// while drafts are being verified; while the step has no room for them the draft keeps
@@ -107,10 +113,13 @@ pub struct Speculation {
 }
 
 impl Speculation {
+    /// Drafts from the engine's drafter (`config`).
     pub fn new(config: &SpeculativeConfig) -> Self {
         Self {
-            lookup: PromptLookup::new(config.prompt_lookup_min, config.prompt_lookup_max),
+            lookup: Some(PromptLookup::new(config.prompt_lookup_min, config.prompt_lookup_max)),
             method: config.method,
+            prediction: None,
+            prediction_tokens: PredictionTokens::default(),
             max_draft: config.num_speculative_tokens,
             rates: [None; 2],
             in_flight: None,
@@ -119,38 +128,67 @@ impl Speculation {
         }
     }
 
-    /// A draft to follow `token_ids` and the chance each of its tokens is kept given the one
-    /// before; `None` when no drafter has a guess. `entropy`: of the row the last token was
-    /// drawn from (a pass over the vocabulary, so taken only when there is a draft).
+    /// Drafts from a client's predicted output alone, on an engine with no drafter: `config`
+    /// gives only the draft length.
+    pub fn predicted(config: &SpeculativeConfig, prediction: Vec<u32>) -> Self {
+        Self { lookup: None, ..Self::new(config).with_prediction(prediction) }
+    }
+
+    /// Drafts from the predicted output first, the engine's drafter where it has no guess.
+    pub fn with_prediction(self, prediction: Vec<u32>) -> Self {
+        Self { prediction: Some(Prediction::new(prediction)), ..self }
+    }
+
+    /// The verified draft tokens that came from the prediction; `None` without one.
+    pub fn prediction_tokens(&self) -> Option<PredictionTokens> {
+        self.prediction.as_ref().map(|_| self.prediction_tokens)
+    }
+
+    /// A draft to follow `token_ids` (the prompt's `num_prompt` tokens, then the output) and
+    /// the chance each of its tokens is kept given the one before; `None` when no drafter has
+    /// a guess. `entropy`: of the row the last token was drawn from (a pass over the
+    /// vocabulary, so taken only when there is a draft).
     pub fn propose(
         &mut self,
         token_ids: &[u32],
+        num_prompt: usize,
         suffix: Option<&SuffixIndex>,
         shared: &SharedAcceptance,
         entropy: impl FnOnce() -> f32,
     ) -> Option<(Vec<u32>, f64)> {
-        let mut draft = self.lookup.propose(token_ids, self.max_draft);
-        if let (SpeculativeMethod::Suffix, Some(index)) = (self.method, suffix) {
-            let shared = index.propose(token_ids, self.max_draft);
-            if shared.match_len > draft.match_len || draft.is_empty() {
-                draft = shared;
-            }
-        }
+        let output = token_ids.get(num_prompt..).unwrap_or(&[]);
+        let predicted = self.prediction.as_mut().map(|p| p.propose(output, self.max_draft)).unwrap_or_default();
+        let from_prediction = !predicted.is_empty();
+        let draft = if from_prediction { predicted } else { self.lookup_draft(token_ids, suffix) };
         let Draft { token_ids, .. } = draft;
         if token_ids.is_empty() {
             return None;
         }
         let bucket = if self.granted { usize::from(entropy() >= CONFIDENT_ENTROPY) } else { self.last_bucket };
         self.last_bucket = bucket;
-        self.in_flight = Some(bucket);
+        self.in_flight = Some((bucket, from_prediction));
         Some((token_ids, self.rate(bucket, shared).rate()))
+    }
+
+    /// The engine's drafter: prompt lookup, or the suffix index where its match is longer.
+    fn lookup_draft(&mut self, token_ids: &[u32], suffix: Option<&SuffixIndex>) -> Draft {
+        let Some(lookup) = self.lookup.as_mut() else { return Draft::default() };
+        let mut draft = lookup.propose(token_ids, self.max_draft);
+        if let (SpeculativeMethod::Suffix, Some(index)) = (self.method, suffix) {
+            let shared = index.propose(token_ids, self.max_draft);
+            if shared.match_len > draft.match_len || draft.is_empty() {
+                draft = shared;
+            }
+        }
+        draft
     }
 
     /// The verdict on the last draft: `verified` tokens tried (fewer than proposed when the
     /// step had no room; none when it had none), `accepted` kept. Returns the verdict for the
-    /// engine's pooled rate when the draft was verified.
+    /// engine's pooled rate when the engine's drafter made the draft and it was verified: a
+    /// client's prediction says nothing about what other requests' drafts are worth.
     pub fn observe(&mut self, verified: usize, accepted: usize, shared: &SharedAcceptance) -> Option<DraftVerdict> {
-        let bucket = self.in_flight.take()?;
+        let (bucket, from_prediction) = self.in_flight.take()?;
         self.granted = verified > 0;
         let rate = self.rate(bucket, shared);
         if verified == 0 {
@@ -159,6 +197,11 @@ impl Speculation {
         }
         let verdict = DraftVerdict { bucket, verified, accepted };
         rate.observe(verdict, DECAY);
+        if from_prediction {
+            self.prediction_tokens.accepted += accepted;
+            self.prediction_tokens.rejected += verified.saturating_sub(accepted);
+            return None;
+        }
         Some(verdict)
     }
 
@@ -197,19 +240,20 @@ mod tests {
         let mut s = Speculation::new(&SpeculativeConfig::ngram());
         let tokens = [1, 2, 3, 4, 5, 1, 2, 3];
         for _ in 0..10 {
-            assert!(s.propose(&tokens, None, &shared, || 0.1).is_some());
+            assert!(s.propose(&tokens, 0, None, &shared, || 0.1).is_some());
             s.observe(2, 2, &shared);
-            assert!(s.propose(&tokens, None, &shared, || 2.0).is_some());
+            assert!(s.propose(&tokens, 0, None, &shared, || 2.0).is_some());
             s.observe(2, 0, &shared);
         }
-        let confident = s.propose(&tokens, None, &shared, || 0.1).map(|d| d.1).unwrap();
+        let confident = s.propose(&tokens, 0, None, &shared, || 0.1).map(|d| d.1).unwrap();
         // Not granted: the next draft skips the entropy and keeps the last bucket.
         assert_eq!(s.observe(0, 0, &shared), None);
-        let kept = s.propose(&tokens, None, &shared, || panic!("entropy taken for a draft with no room")).map(|d| d.1);
+        let kept =
+            s.propose(&tokens, 0, None, &shared, || panic!("entropy taken for a draft with no room")).map(|d| d.1);
         assert!(kept.unwrap() > 0.9);
         s.observe(3, 3, &shared);
         s.observe(0, 0, &shared);
-        let unsure = s.propose(&tokens, None, &shared, || 2.0).map(|d| d.1).unwrap();
+        let unsure = s.propose(&tokens, 0, None, &shared, || 2.0).map(|d| d.1).unwrap();
         assert!(confident > 0.9 && unsure < 0.1, "confident {confident}, unsure {unsure}");
     }
 
@@ -218,25 +262,25 @@ mod tests {
         let tokens = [1, 2, 3, 4, 5, 1, 2, 3];
         let mut shared = SharedAcceptance::default();
         let mut first = Speculation::new(&SpeculativeConfig::ngram());
-        assert_eq!(first.propose(&tokens, None, &shared, || 0.1).map(|d| d.1), Some(PRIOR_ACCEPTANCE));
+        assert_eq!(first.propose(&tokens, 0, None, &shared, || 0.1).map(|d| d.1), Some(PRIOR_ACCEPTANCE));
         for _ in 0..200 {
-            first.propose(&tokens, None, &shared, || 0.1);
+            first.propose(&tokens, 0, None, &shared, || 0.1);
             let verdict = first.observe(4, 4, &shared).expect("a verified draft has a verdict");
             shared.record(verdict);
-            first.propose(&tokens, None, &shared, || 2.0);
+            first.propose(&tokens, 0, None, &shared, || 2.0);
             shared.record(first.observe(4, 0, &shared).unwrap());
         }
         let mut second = Speculation::new(&SpeculativeConfig::ngram());
-        let confident = second.propose(&tokens, None, &shared, || 0.1).map(|d| d.1).unwrap();
+        let confident = second.propose(&tokens, 0, None, &shared, || 0.1).map(|d| d.1).unwrap();
         assert!(confident > 0.95, "confident positions start at the pooled rate, not the prior: {confident}");
         // The step never has room: the rate stays where the engine's drafts say it should be.
         for _ in 0..50 {
             second.observe(0, 0, &shared);
-            second.propose(&tokens, None, &shared, || unreachable!());
+            second.propose(&tokens, 0, None, &shared, || unreachable!());
         }
-        assert!(second.propose(&tokens, None, &shared, || 0.1).map(|d| d.1).unwrap() > 0.95);
+        assert!(second.propose(&tokens, 0, None, &shared, || 0.1).map(|d| d.1).unwrap() > 0.95);
         let mut third = Speculation::new(&SpeculativeConfig::ngram());
-        let unsure = third.propose(&tokens, None, &shared, || 2.0).map(|d| d.1).unwrap();
+        let unsure = third.propose(&tokens, 0, None, &shared, || 2.0).map(|d| d.1).unwrap();
         assert!(unsure < 0.05, "unsure positions keep their own pooled rate: {unsure}");
     }
 }

@@ -211,27 +211,53 @@ impl Validation {
     /// Whether the request speculates, and its drafter if so. Only plain decoding speculates:
     /// entropix reads the attention of the one row it samples from and changes its sampler
     /// with it, MTI adds rows of its own to a guided token, and WeDLM already decodes windows
-    /// in parallel; none has an acceptance rule that keeps its output exact.
+    /// in parallel; none has an acceptance rule that keeps its output exact. A predicted
+    /// output asks for speculation as `speculative: true` does, and needs no drafter on the
+    /// engine: it is its own.
     fn speculation_for(&self, params: &GenerationParams) -> Result<Option<Speculation>> {
-        let asked = params.speculative == Some(true);
-        let Some(config) = self.speculative.as_ref().filter(|_| params.speculative != Some(false)) else {
-            if asked {
-                let reason = "this engine has no drafter; start it with --speculative-config";
-                return Err(EngineError::invalid("speculative", reason));
+        let prediction = self.tokenize_prediction(params)?;
+        let field = if prediction.is_some() { "prediction" } else { "speculative" };
+        let asked = params.speculative == Some(true) || prediction.is_some();
+        if params.speculative == Some(false) {
+            if prediction.is_some() {
+                let reason = "a predicted output is verified by speculative decoding, which this request \
+                              turns off (`speculative: false`); send one of the two";
+                return Err(EngineError::invalid("prediction", reason));
             }
             return Ok(None);
-        };
+        }
         if !matches!(params.decoding, Decoding::Plain) {
             if asked {
                 let reason = format!(
                     "the {} strategy cannot speculate (only plain decoding keeps its output exact under speculation)",
                     params.decoding.name()
                 );
-                return Err(EngineError::invalid("speculative", reason));
+                return Err(EngineError::invalid(field, reason));
             }
             return Ok(None);
         }
-        Ok(Some(Speculation::new(config)))
+        Ok(match (&self.speculative, prediction) {
+            (Some(config), Some(prediction)) => Some(Speculation::new(config).with_prediction(prediction)),
+            (Some(config), None) => Some(Speculation::new(config)),
+            (None, Some(prediction)) => Some(Speculation::predicted(&SpeculativeConfig::ngram(), prediction)),
+            (None, None) if asked => {
+                let reason = "this engine has no drafter; start it with --speculative-config";
+                return Err(EngineError::invalid("speculative", reason));
+            }
+            (None, None) => None,
+        })
+    }
+
+    /// The predicted output's tokens, at most a context long (no output can be longer).
+    fn tokenize_prediction(&self, params: &GenerationParams) -> Result<Option<Vec<u32>>> {
+        let Some(text) = &params.prediction else { return Ok(None) };
+        let token_ids = self.tokenizer.encode(text, false)?;
+        let limit = self.limits.max_model_len;
+        if token_ids.len() > limit {
+            let reason = format!("the prediction is {} tokens, longer than the context ({limit})", token_ids.len());
+            return Err(EngineError::invalid("prediction", reason));
+        }
+        Ok(Some(token_ids))
     }
 
     /// A fresh decoding strategy for a request with `params` (every copy needs its own state).

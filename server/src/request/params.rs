@@ -104,6 +104,7 @@ pub fn parse_common(
         structured: parse_structured(&mut c.structured)?,
         ttft_target_ms: c.ttft_target_ms,
         speculative: c.speculative,
+        prediction: c.prediction.take().map(parse_prediction).transpose()?,
         ..GenerationParams::default()
     };
     Ok(ParsedParams {
@@ -114,6 +115,31 @@ pub fn parse_common(
         include_usage: include_usage(c.stream_options.take())?,
         return_token_ids: c.return_token_ids.unwrap_or(false),
     })
+}
+
+/// The text of OpenAI's `prediction`: `{"type": "content", "content": text}`, the content a
+/// string or a list of text parts (joined, as a message's parts are).
+fn parse_prediction(prediction: Value) -> Result<String, ApiError> {
+    let invalid = |reason: &str| ApiError::invalid_param("prediction", reason.to_string());
+    let shape = r#"prediction must be {"type": "content", "content": "..."} (a string or a list of text parts)"#;
+    let Value::Object(mut object) = prediction else { return Err(invalid(shape)) };
+    if let Some(key) = unknown_key(&object, &["type", "content"]) {
+        return Err(invalid(&format!("unknown key `{key}` in prediction: {shape}")));
+    }
+    if object.get("type") != Some(&Value::from("content")) {
+        return Err(invalid(shape));
+    }
+    match object.remove("content") {
+        Some(Value::String(text)) => Ok(text),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .map(|part| match (part.get("type").and_then(Value::as_str), part.get("text").and_then(Value::as_str)) {
+                (Some("text"), Some(text)) if part.as_object().is_some_and(|o| o.len() == 2) => Ok(text),
+                _ => Err(invalid(r#"each part of a prediction's content must be {"type": "text", "text": "..."}"#)),
+            })
+            .collect::<Result<String, _>>(),
+        _ => Err(invalid(shape)),
+    }
 }
 
 /// The engine request for `prompt`: the client's `max_tokens`, else the endpoint's default,

@@ -65,6 +65,9 @@ pub struct CommonParams {
     /// `--speculative-config` or the strategy cannot speculate) or off for this request; the
     /// server's default otherwise.
     pub speculative: Option<bool>,
+    /// OpenAI's Predicted Outputs: `{"type": "content", "content": "..." | [{"type": "text",
+    /// "text": "..."}]}`, the output expected mostly, drafted from (`params::parse_prediction`).
+    pub prediction: Option<Value>,
     #[serde(flatten)]
     pub structured: StructuredFields,
 }

@@ -25,6 +25,7 @@ pub async fn collect_choices<F>(
         let (prompt, cached) = if first_copy { (output.prompt_token_ids.len(), output.cached_tokens) } else { (0, 0) };
         usage.add(prompt, cached, output.token_ids.len());
         usage.add_branch_tokens(output.strategy_stats.as_ref());
+        usage.add_prediction(output.prediction);
     }
     Ok((outputs, usage))
 }

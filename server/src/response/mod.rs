@@ -17,7 +17,7 @@ pub mod stream;
 use serde::ser::{Error as _, Serializer};
 use serde::Serialize;
 
-use entrobatch::{GeneratedToken, TokenMetrics};
+use entrobatch::{GeneratedToken, PredictionTokens, TokenMetrics};
 
 /// The frame of every chat and completions body, whole or streamed: who answered, when,
 /// the choices, and `usage`.
@@ -42,16 +42,25 @@ pub struct Usage {
     pub completion_tokens: usize,
     pub total_tokens: usize,
     pub prompt_tokens_details: PromptTokensDetails,
-    /// Present when decoding cost more than the completion: branch continuations not kept.
+    /// Present when decoding cost more than the completion (branch continuations not kept) or
+    /// the request sent a predicted output.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completion_tokens_details: Option<CompletionTokensDetails>,
 }
 
-/// Tokens decoded beyond those in the completion (they are not counted in `completion_tokens`).
+/// Tokens decoded beyond those in the completion (they are not counted in `completion_tokens`),
+/// and how a predicted output fared.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct CompletionTokensDetails {
     /// Decoded by the continuations a branching request tried and did not keep.
-    pub branch_tokens: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch_tokens: Option<usize>,
+    /// OpenAI's Predicted Outputs: the prediction's tokens verified and kept as output...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accepted_prediction_tokens: Option<usize>,
+    /// ...and those verified and not kept, each a row of a step the completion did not use.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejected_prediction_tokens: Option<usize>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -75,7 +84,17 @@ impl Usage {
     pub fn add_branch_tokens(&mut self, strategy_stats: Option<&serde_json::Value>) {
         let tokens = strategy_stats.and_then(|s| s.get("branch_extra_tokens")).and_then(|v| v.as_u64()).unwrap_or(0);
         if tokens > 0 {
-            self.completion_tokens_details.get_or_insert_with(Default::default).branch_tokens += tokens as usize;
+            let details = self.completion_tokens_details.get_or_insert_with(Default::default);
+            *details.branch_tokens.get_or_insert(0) += tokens as usize;
+        }
+    }
+
+    /// Adds a choice's predicted-output counts, when it sent a prediction.
+    pub fn add_prediction(&mut self, prediction: Option<PredictionTokens>) {
+        if let Some(PredictionTokens { accepted, rejected }) = prediction {
+            let details = self.completion_tokens_details.get_or_insert_with(Default::default);
+            *details.accepted_prediction_tokens.get_or_insert(0) += accepted;
+            *details.rejected_prediction_tokens.get_or_insert(0) += rejected;
         }
     }
 

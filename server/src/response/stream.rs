@@ -125,6 +125,7 @@ impl<F: StreamFormat> SseState<F> {
                     error,
                     schema_errors,
                     strategy_stats,
+                    prediction,
                     ..
                 }) => {
                     choice.finished = true;
@@ -141,6 +142,7 @@ impl<F: StreamFormat> SseState<F> {
                         completion_tokens,
                     );
                     self.usage.add_branch_tokens(strategy_stats.as_ref());
+                    self.usage.add_prediction(prediction);
                     let mut chunks = Self::indexed(choice.format.on_finish(reason, schema_errors), index);
                     if self.choices.iter().all(|c| c.finished) {
                         self.done = true;

@@ -27,7 +27,7 @@ out["chat"] = {
     "done_reason": r.done_reason,
     "prompt_eval_count": r.prompt_eval_count,
     "eval_count": r.eval_count,
-    "durations": [r.total_duration, r.eval_duration],
+    "durations": [r.total_duration, r.prompt_eval_duration, r.eval_duration],
 }
 
 chunks = list(client.chat(model=model, messages=question, options=greedy, stream=True))

@@ -35,6 +35,22 @@ for chunk in stream:
         finish = choice.finish_reason or finish
 out["chat_stream"] = {"text": text, "token_ids": ids, "finish_reason": finish, "usage": usage, "roles": roles}
 
+# The same question with its answer as the predicted output (the client's own `prediction`
+# parameter); the counts read through the client's own usage types.
+predicted = client.chat.completions.create(
+    model=model,
+    messages=[{"role": "user", "content": "What is the capital of France?"}],
+    max_tokens=24,
+    temperature=0,
+    prediction={"type": "content", "content": text},
+)
+details = predicted.usage.completion_tokens_details
+out["predicted"] = {
+    "text": predicted.choices[0].message.content,
+    "accepted": details.accepted_prediction_tokens,
+    "rejected": details.rejected_prediction_tokens,
+}
+
 # Non-streaming completion, greedy, exactly max_tokens tokens.
 completion = client.completions.create(
     model=model,

@@ -56,7 +56,7 @@ impl Reply {
     pub async fn whole(mut self, handle: RequestHandle) -> Result<Response, ApiError> {
         let output: GenerationOutput = handle.collect_async().await;
         check_output(&output)?;
-        self.first_token = Some(self.arrived);
+        self.first_token = output.first_token_at;
         let parser = std::mem::replace(&mut self.parser, ReplyParser::text_only());
         let pieces = parser.parse_whole(&output.text);
         let ending = Ending {
