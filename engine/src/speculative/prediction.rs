@@ -28,7 +28,8 @@ impl Prediction {
     /// output's last token continuing the prediction where it was expected to be is followed
     /// on; failing that, the longest run of the output's last tokens found in the prediction,
     /// at the occurrence nearest where the output was expected, re-aligns it (after an edit,
-    /// the model picks the copy up again). Empty when the output matches nothing.
+    /// the model picks the copy up again); a single token only where the prediction holds it
+    /// once. Empty when the output matches nothing.
     pub fn propose(&mut self, output: &[u32], max_tokens: usize) -> Draft {
         let m = output.len();
         let p = &self.token_ids;
@@ -37,18 +38,24 @@ impl Prediction {
             _ => 0,
         };
         let found = if m == 0 {
-            Some((0, 0))
+            // The client's word on how the answer starts: as sure as the longest run.
+            Some((0, MAX_REALIGN_N))
         } else if expected >= 1 && expected < p.len() && p[expected - 1] == output[m - 1] {
-            Some((expected, 1))
+            let run = (1..=MAX_REALIGN_N.min(m).min(expected)).take_while(|&k| p[expected - k] == output[m - k]);
+            Some((expected, run.count()))
         } else {
             (1..=MAX_REALIGN_N.min(m)).rev().find_map(|n| {
                 let tail = &output[m - n..];
-                // Ends of occurrences that leave something to propose, nearest `expected`
-                // first (ahead of it on a tie: the output moves forward).
-                (n..p.len())
-                    .filter(|&end| &p[end - n..end] == tail)
-                    .min_by_key(|&end| (end.abs_diff(expected), end < expected))
-                    .map(|end| (end, n))
+                // Ends of occurrences that leave something to propose.
+                let mut ends = (n..p.len()).filter(|&end| &p[end - n..end] == tail);
+                if n == 1 {
+                    // One token (a newline, an indent) says where the copy resumes only
+                    // when the prediction holds it once.
+                    let first = ends.next()?;
+                    return ends.next().is_none().then_some((first, 1));
+                }
+                // Nearest `expected` first (ahead of it on a tie: the output moves forward).
+                ends.min_by_key(|&end| (end.abs_diff(expected), end < expected)).map(|end| (end, n))
             })
         };
         let Some((start, match_len)) = found else { return Draft::default() };
@@ -67,7 +74,7 @@ mod tests {
         let mut p = Prediction::new(vec![10, 11, 12, 13, 14, 15]);
         assert_eq!(p.propose(&[], 3).token_ids, vec![10, 11, 12]);
         // Two of the three kept, then the model's own token equals the prediction's next.
-        assert_eq!(p.propose(&[10, 11, 12], 3).token_ids, vec![13, 14, 15]);
+        assert_eq!(p.propose(&[10, 11, 12], 3), Draft { token_ids: vec![13, 14, 15], match_len: 3 });
         assert!(p.propose(&[10, 11, 12, 13, 14, 15], 3).is_empty(), "nothing left to propose");
     }
 
@@ -90,6 +97,10 @@ mod tests {
         p.propose(&[], 8);
         let output = [1, 2, 3, 4, 8, 1, 2, 3];
         assert_eq!(p.propose(&output, 2), Draft { token_ids: vec![5, 6], match_len: 3 });
+        // A single token the prediction holds twice re-aligns nothing.
+        let mut p = Prediction::new(vec![1, 2, 3, 4, 1, 5]);
+        p.propose(&[], 2);
+        assert!(p.propose(&[9, 1], 2).is_empty());
     }
 
     #[test]

@@ -95,7 +95,8 @@ pub struct Speculation {
     /// `None`: the engine has no drafter and the request drafts from its prediction alone.
     lookup: Option<PromptLookup>,
     method: SpeculativeMethod,
-    /// The client's predicted output, drafted from before any lookup: the client knows.
+    /// The client's predicted output, drafted from unless the engine's drafter matches more
+    /// of the context.
     prediction: Option<Prediction>,
     prediction_tokens: PredictionTokens,
     max_draft: usize,
@@ -134,7 +135,8 @@ impl Speculation {
         Self { lookup: None, ..Self::new(config).with_prediction(prediction) }
     }
 
-    /// Drafts from the predicted output first, the engine's drafter where it has no guess.
+    /// Drafts from the predicted output, or from the engine's drafter where its match is
+    /// longer or the prediction has no guess.
     pub fn with_prediction(self, prediction: Vec<u32>) -> Self {
         Self { prediction: Some(Prediction::new(prediction)), ..self }
     }
@@ -158,8 +160,10 @@ impl Speculation {
     ) -> Option<(Vec<u32>, f64)> {
         let output = token_ids.get(num_prompt..).unwrap_or(&[]);
         let predicted = self.prediction.as_mut().map(|p| p.propose(output, self.max_draft)).unwrap_or_default();
-        let from_prediction = !predicted.is_empty();
-        let draft = if from_prediction { predicted } else { self.lookup_draft(token_ids, suffix) };
+        let looked_up = self.lookup_draft(token_ids, suffix);
+        // The longer match wins, the prediction on a tie: it is the client's word on the answer.
+        let from_prediction = !predicted.is_empty() && predicted.match_len >= looked_up.match_len;
+        let draft = if from_prediction { predicted } else { looked_up };
         let Draft { token_ids, .. } = draft;
         if token_ids.is_empty() {
             return None;
