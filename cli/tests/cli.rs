@@ -154,3 +154,39 @@ fn run_ends_quietly_when_its_reader_leaves() {
         "8",
     ]));
 }
+
+/// `run --prediction FILE`: the answer is the one decoded without it, and the prediction's
+/// draft tokens are counted; an unreadable file is an error naming it.
+#[test]
+fn run_drafts_from_a_prediction_file_and_answers_the_same() {
+    let model = tiny_model(&TinyModelSpec::llama(), "cli-prediction");
+    let run = |extra: &[&str]| {
+        let out = entrobatch()
+            .args(["run", "--model"])
+            .arg(&model)
+            .args(["--prompt", "one two three one two three", "--raw", "--max-tokens", "24", "--ignore-eos", "--json"])
+            .args(extra)
+            .output()
+            .expect("run the binary");
+        assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("one JSON line")
+    };
+    let plain = run(&[]);
+    assert!(plain["prediction"].is_null(), "{plain}");
+    let text = plain["text"].as_str().expect("text");
+    let file = std::env::temp_dir().join(format!("entrobatch-prediction-{}.txt", std::process::id()));
+    std::fs::write(&file, text).expect("write the prediction");
+    let predicted = run(&["--prediction", file.to_str().expect("utf-8 path")]);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(predicted["token_ids"], plain["token_ids"], "the prediction changed the answer");
+    assert!(predicted["prediction"]["accepted"].as_u64().is_some_and(|n| n > 0), "{predicted}");
+
+    let missing = entrobatch()
+        .args(["run", "--model"])
+        .arg(&model)
+        .args(["--prompt", "hi", "--prediction", "/nonexistent/prediction.txt"])
+        .output()
+        .expect("run the binary");
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/prediction.txt"));
+}

@@ -62,6 +62,11 @@ pub struct RunArgs {
     /// '{"method": "ngram", "num_speculative_tokens": 8}'.
     #[arg(long, value_name = "JSON")]
     pub speculative_config: Option<String>,
+    /// Draft from the text in this file, the answer expected to repeat it mostly (OpenAI's
+    /// Predicted Outputs: the file a code edit returns with a few lines changed). Plain
+    /// strategy only; the answer is the one decoded without it.
+    #[arg(long, value_name = "FILE")]
+    pub prediction: Option<PathBuf>,
     /// MTI: classifier-free guidance scale (1 = off) [default: 1.5].
     #[arg(long)]
     pub guidance_scale: Option<f32>,
@@ -224,6 +229,11 @@ pub fn run(args: RunArgs) -> Result<()> {
         decoding: decoding(&args)?,
         return_metrics: args.show_metrics || args.json,
         structured: structured_output(&args)?,
+        prediction: args
+            .prediction
+            .as_ref()
+            .map(|path| std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display())))
+            .transpose()?,
         ..GenerationParams::default()
     };
     let mut handles = Vec::with_capacity(prompts.len());
@@ -253,6 +263,7 @@ pub fn run(args: RunArgs) -> Result<()> {
                     "finish_reason": result.finish_reason.as_str(),
                     "error": result.error,
                     "strategy_stats": result.strategy_stats,
+                    "prediction": result.prediction,
                 });
                 line["decoding"] = serde_json::to_value(&params.decoding)?;
                 line["tokens"] = super::entropix::token_records(&result.tokens, engine.tokenizer());
@@ -285,8 +296,12 @@ pub fn run(args: RunArgs) -> Result<()> {
                         out.flush()?;
                     }
                     Event::PromptLogprobs(_) => {}
-                    Event::Finished { reason, error, strategy_stats, schema_errors, .. } => {
+                    Event::Finished { reason, error, strategy_stats, schema_errors, prediction, .. } => {
                         writeln!(out)?;
+                        if let Some(p) = prediction {
+                            let (kept, thrown) = (p.accepted, p.rejected);
+                            writeln!(out, "[prediction: {kept} draft tokens kept, {thrown} thrown away]")?;
+                        }
                         match schema_errors.as_deref() {
                             Some([]) => writeln!(out, "[schema: checked after decoding, valid]")?,
                             Some(errors) => eprintln!("the output does not satisfy the schema: {}", errors.join("; ")),
