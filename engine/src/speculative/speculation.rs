@@ -160,10 +160,19 @@ impl Speculation {
     ) -> Option<(Vec<u32>, f64)> {
         let output = token_ids.get(num_prompt..).unwrap_or(&[]);
         let predicted = self.prediction.as_mut().map(|p| p.propose(output, self.max_draft)).unwrap_or_default();
-        let looked_up = self.lookup_draft(token_ids, suffix);
         // The longer match wins, the prediction on a tie: it is the client's word on the answer.
-        let from_prediction = !predicted.is_empty() && predicted.match_len >= looked_up.match_len;
-        let draft = if from_prediction { predicted } else { looked_up };
+        // A prediction matching as long as the engine's drafter ever can spares its scan.
+        let prediction_wins = |match_len: usize| !predicted.is_empty() && predicted.match_len >= match_len;
+        let (draft, from_prediction) = if prediction_wins(self.longest_lookup_match()) {
+            (predicted, true)
+        } else {
+            let looked_up = self.lookup_draft(token_ids, suffix);
+            if prediction_wins(looked_up.match_len) {
+                (predicted, true)
+            } else {
+                (looked_up, false)
+            }
+        };
         let Draft { token_ids, .. } = draft;
         if token_ids.is_empty() {
             return None;
@@ -172,6 +181,16 @@ impl Speculation {
         self.last_bucket = bucket;
         self.in_flight = Some((bucket, from_prediction));
         Some((token_ids, self.rate(bucket, shared).rate()))
+    }
+
+    /// The longest match the engine's drafter can rest a draft on: prompt lookup's longest
+    /// n-gram; the suffix index has no bound.
+    fn longest_lookup_match(&self) -> usize {
+        match (&self.lookup, self.method) {
+            (None, _) => 0,
+            (Some(lookup), SpeculativeMethod::Ngram) => lookup.max_n,
+            (Some(_), _) => usize::MAX,
+        }
     }
 
     /// The engine's drafter: prompt lookup, or the suffix index where its match is longer.
