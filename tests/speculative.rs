@@ -202,6 +202,34 @@ fn a_predicted_output_is_drafted_from_and_changes_nothing() {
     assert_eq!(m.kv_blocks_used.load(Ordering::Relaxed), 0, "KV blocks leaked");
 }
 
+/// `n` seeded copies of a request with a prediction share its tokens and each follow it at
+/// its own pace: every copy draws what it draws without the prediction, and each counts its
+/// own drafts.
+#[test]
+fn copies_of_a_request_each_draft_from_its_prediction() {
+    let path = tiny_model(&TinyModelSpec::qwen2(), "spec-predicted-copies");
+    let engine = start(EngineConfig::new(&path), false);
+    let prompt = varied_prompt_ids(&engine).swap_remove(0);
+    let plain = params(0.4);
+    let copies = |params: GenerationParams| -> Vec<GenerationOutput> {
+        let prepared =
+            engine.prepare_copies(Request::new(Prompt::TokenIds(prompt.clone()), params), 3).expect("prepare");
+        let handles = engine.submit_prepared(prepared).expect("submit");
+        handles.into_iter().map(|h| h.collect_blocking()).collect()
+    };
+    let expected = copies(plain.clone());
+    assert!(expected.windows(2).any(|w| w[0].token_ids != w[1].token_ids), "seeded copies draw apart");
+    // The first copy's answer as every copy's prediction: the others follow it only in part.
+    let asked = GenerationParams { prediction: Some(expected[0].text.clone()), ..plain };
+    for (i, (out, expected)) in copies(asked).iter().zip(&expected).enumerate() {
+        assert_eq!(out.error, None);
+        assert_eq!(out.token_ids, expected.token_ids, "copy {i}");
+        let counts = out.prediction.expect("each copy counts its prediction's drafts");
+        assert!(counts.accepted + counts.rejected > 0, "copy {i} drafted from the prediction");
+    }
+    assert_eq!(engine.metrics().kv_blocks_used.load(Ordering::Relaxed), 0, "KV blocks leaked");
+}
+
 #[test]
 fn a_request_asks_for_speculation_only_where_it_can_have_it() {
     let path = tiny_model(&TinyModelSpec::llama(), "spec-refusals");

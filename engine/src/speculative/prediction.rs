@@ -2,6 +2,8 @@
 //! the draft source: the text the client expects most of the answer to repeat, such as the
 //! file a code edit returns with a few lines changed.
 
+use std::sync::Arc;
+
 use super::drafter::Draft;
 
 /// The longest run of the output's last tokens looked up in the prediction when the output
@@ -12,7 +14,8 @@ const MAX_REALIGN_N: usize = 8;
 /// The prediction's tokens and where the output stands in them.
 #[derive(Clone, Debug)]
 pub struct Prediction {
-    token_ids: Vec<u32>,
+    /// Shared by a request's `n` copies, which each follow it at their own pace.
+    token_ids: Arc<[u32]>,
     /// Where the last draft started in the prediction, and the output's length then: the
     /// output is expected to advance through the prediction at its own pace from there.
     aligned: Option<(usize, usize)>,
@@ -20,7 +23,7 @@ pub struct Prediction {
 
 impl Prediction {
     pub fn new(token_ids: Vec<u32>) -> Self {
-        Self { token_ids, aligned: None }
+        Self { token_ids: token_ids.into(), aligned: None }
     }
 
     /// Up to `max_tokens` tokens of the prediction to follow `output` (the generated tokens

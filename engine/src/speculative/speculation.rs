@@ -91,6 +91,8 @@ impl SharedAcceptance {
     }
 }
 
+/// Cloned for a request's `n` copies before any of them drafts.
+#[derive(Clone)]
 pub struct Speculation {
     /// `None`: the engine has no drafter and the request drafts from its prediction alone.
     lookup: Option<PromptLookup>,

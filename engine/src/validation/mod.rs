@@ -186,7 +186,8 @@ impl Validation {
     }
 
     /// `validate` for `n` copies of one request (OpenAI's `n`): the prompt is tokenized and
-    /// checked once and a structured output's grammar compiled once. Copy `i` of a seeded
+    /// checked once, a structured output's grammar compiled once and a prediction tokenized
+    /// once (each copy follows it at its own pace). Copy `i` of a seeded
     /// request draws from `seed + i`; unseeded copies each draw from a fresh seed. `n` of 0
     /// gives one copy, as 1 does.
     pub(crate) fn validate_copies(&self, request: Request, n: usize) -> Result<Vec<PreparedRequest>> {
@@ -200,7 +201,7 @@ impl Validation {
                 strategy: self.build_request_strategy(&params)?,
                 constraint: first.constraint.as_ref().map(Constraint::fork),
                 seed: seed_of(&params),
-                speculation: self.speculation_for(&params)?,
+                speculation: first.speculation.clone(),
                 params,
             });
         }
