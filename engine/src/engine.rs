@@ -208,9 +208,8 @@ impl Engine {
 
     /// `prepare` for `n` copies of one request (OpenAI's `n`): the prompt is tokenized and
     /// checked once, a structured output's grammar compiled once and a prediction tokenized
-    /// once. Copy `i` of a seeded
-    /// request draws from `seed + i`; unseeded copies each draw from a fresh seed. `n` of 0
-    /// gives one copy, as 1 does.
+    /// once. Copy `i` of a seeded request draws from `seed + i`; unseeded copies each draw
+    /// from a fresh seed. `n` of 0 gives one copy, as 1 does.
     pub fn prepare_copies(&self, request: Request, n: usize) -> Result<Vec<PreparedRequest>> {
         self.validation.validate_copies(request, n)
     }

@@ -165,16 +165,13 @@ impl Speculation {
         // The longer match wins, the prediction on a tie: it is the client's word on the answer.
         // A prediction matching as long as the engine's drafter ever can spares its scan.
         let prediction_wins = |match_len: usize| !predicted.is_empty() && predicted.match_len >= match_len;
-        let (draft, from_prediction) = if prediction_wins(self.longest_lookup_match()) {
-            (predicted, true)
+        let looked_up = if prediction_wins(self.longest_lookup_match()) {
+            Draft::default()
         } else {
-            let looked_up = self.lookup_draft(token_ids, suffix);
-            if prediction_wins(looked_up.match_len) {
-                (predicted, true)
-            } else {
-                (looked_up, false)
-            }
+            self.lookup_draft(token_ids, suffix)
         };
+        let from_prediction = prediction_wins(looked_up.match_len);
+        let draft = if from_prediction { predicted } else { looked_up };
         let Draft { token_ids, .. } = draft;
         if token_ids.is_empty() {
             return None;

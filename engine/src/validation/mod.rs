@@ -187,9 +187,9 @@ impl Validation {
 
     /// `validate` for `n` copies of one request (OpenAI's `n`): the prompt is tokenized and
     /// checked once, a structured output's grammar compiled once and a prediction tokenized
-    /// once (each copy follows it at its own pace). Copy `i` of a seeded
-    /// request draws from `seed + i`; unseeded copies each draw from a fresh seed. `n` of 0
-    /// gives one copy, as 1 does.
+    /// once (each copy follows it at its own pace). Copy `i` of a seeded request draws from
+    /// `seed + i`; unseeded copies each draw from a fresh seed. `n` of 0 gives one copy, as 1
+    /// does.
     pub(crate) fn validate_copies(&self, request: Request, n: usize) -> Result<Vec<PreparedRequest>> {
         let first = self.validate(request)?;
         let mut copies = Vec::with_capacity(n);
