@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::block::{Block, BlockId};
 use crate::free_queue::FreeQueue;
@@ -26,6 +26,30 @@ struct BlockPoolInner {
     /// Blocks with ref_count 0, cached or not; the front is evicted first.
     free: FreeQueue,
     cached: HashMap<(usize, BlockHash), BlockId>,
+}
+
+/// The prefix-cache map under the pool's lock (`BlockPool::prefix_cache`). Read-only: the
+/// caller touches hits once admission succeeds.
+pub(crate) struct PrefixCacheView<'a> {
+    inner: MutexGuard<'a, BlockPoolInner>,
+    enabled: bool,
+}
+
+impl PrefixCacheView<'_> {
+    /// The block of `group` cached under `hash` for `token_ids` after the block `parent`.
+    pub(crate) fn lookup(
+        &self,
+        group: usize,
+        hash: BlockHash,
+        parent: Option<BlockHash>,
+        token_ids: &[u32],
+    ) -> Option<BlockId> {
+        if !self.enabled {
+            return None;
+        }
+        let &id = self.inner.cached.get(&(group, hash))?;
+        self.inner.blocks[id as usize].matches(group, parent, token_ids).then_some(id)
+    }
 }
 
 impl BlockPool {
@@ -60,21 +84,10 @@ impl BlockPool {
         self.inner.lock().blocks.get(id as usize).cloned()
     }
 
-    /// The block of `group` cached under `hash` for `token_ids` after the block `parent`.
-    /// Read-only: the caller touches hits once admission succeeds.
-    pub(crate) fn lookup(
-        &self,
-        group: usize,
-        hash: BlockHash,
-        parent: Option<BlockHash>,
-        token_ids: &[u32],
-    ) -> Option<BlockId> {
-        if !self.enable_prefix_caching {
-            return None;
-        }
-        let inner = self.inner.lock();
-        let &id = inner.cached.get(&(group, hash))?;
-        inner.blocks[id as usize].matches(group, parent, token_ids).then_some(id)
+    /// The prefix cache, read under one lock for however many blocks a lookup walks (another
+    /// thread's probe then holds up the loop once per prompt, not once per block).
+    pub(crate) fn prefix_cache(&self) -> PrefixCacheView<'_> {
+        PrefixCacheView { inner: self.inner.lock(), enabled: self.enable_prefix_caching }
     }
 
     /// How many of `ids` sit in the free queue, i.e. would stop being free when touched.
@@ -210,13 +223,13 @@ mod tests {
         // Pretend block 0 holds [7, 8] but is filed under the hash of [1, 2].
         let forged = hash_block_tokens(None, &[1, 2]);
         pool.cache_block(0, ids[0], forged, None, &[7, 8]);
-        assert_eq!(pool.lookup(0, forged, None, &[1, 2]), None);
+        assert_eq!(pool.prefix_cache().lookup(0, forged, None, &[1, 2]), None);
         let real = hash_block_tokens(None, &[7, 8]);
-        assert_eq!(pool.lookup(0, real, None, &[7, 8]), None, "filed under the wrong key");
+        assert_eq!(pool.prefix_cache().lookup(0, real, None, &[7, 8]), None, "filed under the wrong key");
         let other = pool.allocate(1).unwrap();
         pool.cache_block(0, other[0], real, None, &[7, 8]);
-        assert_eq!(pool.lookup(0, real, None, &[7, 8]), Some(other[0]));
-        assert_eq!(pool.lookup(1, real, None, &[7, 8]), None, "another group's layers");
+        assert_eq!(pool.prefix_cache().lookup(0, real, None, &[7, 8]), Some(other[0]));
+        assert_eq!(pool.prefix_cache().lookup(1, real, None, &[7, 8]), None, "another group's layers");
     }
 
     #[test]
@@ -252,7 +265,7 @@ mod tests {
         let again = pool.allocate(2).unwrap();
         assert_eq!(again[0], first[1], "the freed uncached block is reused at once");
         assert_eq!(pool.num_cached_blocks(), 2, "no cached block evicted while an empty one was free");
-        assert_eq!(pool.lookup(0, h1, None, &[1, 2]), Some(first[0]));
-        assert_eq!(pool.lookup(0, h2, None, &[3, 4]), Some(second[0]));
+        assert_eq!(pool.prefix_cache().lookup(0, h1, None, &[1, 2]), Some(first[0]));
+        assert_eq!(pool.prefix_cache().lookup(0, h2, None, &[3, 4]), Some(second[0]));
     }
 }

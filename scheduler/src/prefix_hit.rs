@@ -60,9 +60,10 @@ impl PrefixHit {
         for chunk in token_ids.chunks_exact(bs).take(max_blocks) {
             hashes.push(hash_block_tokens(hashes.last().copied(), chunk));
         }
+        let cache = pool.prefix_cache();
         let lookup = |g: usize, i: usize| {
             let parent = i.checked_sub(1).map(|p| hashes[p]);
-            pool.lookup(g, hashes[i], parent, &token_ids[i * bs..(i + 1) * bs])
+            cache.lookup(g, hashes[i], parent, &token_ids[i * bs..(i + 1) * bs])
         };
         // Full groups first, each stopping at its first miss: no hit reaches past it.
         let mut n = hashes.len();
@@ -74,6 +75,7 @@ impl PrefixHit {
         for (g, _) in windows.iter().enumerate().filter(|(_, w)| w.is_some()) {
             hits[g] = (0..n).map(|i| lookup(g, i)).collect();
         }
+        drop(cache);
         let covers = |g: usize, w: usize, n: usize| {
             hits[g][first_needed_block(n * bs, w, bs).min(n)..n].iter().all(Option::is_some)
         };
