@@ -48,7 +48,7 @@ pub(crate) use imp::*;
 mod imp {
     use std::arch::x86_64::*;
 
-    use crate::softmax::{EXP_MIN_ARG, EXP_POLY, LN2_HI, LN2_LO, LOG2E};
+    use entrobatch_math::{EXP_MIN_ARG, EXP_POLY, LN2_HI, LN2_LO, LOG2E};
 
     /// `out[j] = dot(q, keys[j][at..at + q.len()]) * scale` with `attention::dot`'s lanes and
     /// tree.
@@ -85,7 +85,7 @@ mod imp {
         _mm256_add_ps(lo, hi)
     }
 
-    /// `x[l] = attention::exp_nonpositive(x[l] - max)` for the 8 values of `x`, lane for lane
+    /// `x[l] = entrobatch_math::exp_nonpositive(x[l] - max)` for the 8 values of `x`, lane for lane
     /// the same operations.
     ///
     /// # Safety

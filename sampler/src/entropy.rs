@@ -1,58 +1,61 @@
 //! Entropy and varentropy of the full softmax distribution, for entropy-aware
-//! strategies (entropix, MTI) that branch on how uncertain the model is.
+//! strategies (entropix, MTI, branching) that act on how uncertain the model is.
 //!
 //! With `s_i = l_i - max`, `Z = sum e^{s_i}` and `p_i = e^{s_i} / Z`:
 //! `-ln p_i = ln Z - s_i`, so `H = ln Z - E[s]` and `Var[-ln p] = Var[s]`.
 //! Working with `s` avoids ever forming `ln p_i` for tiny `p_i`.
 
+use crate::lanes::{max_of, partition_sums, shifted_exp, sum_f64};
+
 /// Shannon entropy in nats of `softmax(logits)`.
 pub fn entropy_nats(logits: &[f32]) -> f32 {
-    moments(logits).map_or(0.0, |m| m.entropy as f32)
+    Partition::of(logits).map_or(0.0, |p| p.entropy() as f32)
 }
 
 /// `(H, Var[-ln p])` in nats of `softmax(logits)`. Masked (-inf) tokens carry
 /// zero probability and contribute nothing; an empty row gives `(0, 0)`.
 pub fn entropy_varentropy_nats(logits: &[f32]) -> (f32, f32) {
-    let Some(m) = moments(logits) else {
-        return (0.0, 0.0);
-    };
-    // Second pass around the mean: E[s^2] - E[s]^2 would cancel catastrophically
-    // for peaked distributions.
-    let mut var = 0.0f64;
-    for &l in logits {
-        let e = f64::from((l - m.max).exp());
-        if e > 0.0 {
-            let d = f64::from(l - m.max) - m.mean_shifted;
-            var += e * d * d;
-        }
-    }
-    (m.entropy as f32, (var / m.z) as f32)
+    Partition::of(logits).map_or((0.0, 0.0), |p| (p.entropy() as f32, p.varentropy(logits) as f32))
 }
 
-struct Moments {
-    max: f32,
+/// The softmax of a row as its first exp pass leaves it.
+pub(crate) struct Partition {
+    pub(crate) max: f32,
     z: f64,
     /// E[s] under p.
     mean_shifted: f64,
-    entropy: f64,
 }
 
-fn moments(logits: &[f32]) -> Option<Moments> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    if max == f32::NEG_INFINITY {
-        return None;
-    }
-    let (mut z, mut weighted) = (0.0f64, 0.0f64);
-    for &l in logits {
-        let e = f64::from((l - max).exp());
-        // Skipping zero-mass entries keeps `0 * -inf` from turning into NaN.
-        if e > 0.0 {
-            z += e;
-            weighted += e * f64::from(l - max);
+impl Partition {
+    /// `None` for an empty or fully masked row: no distribution to measure.
+    pub(crate) fn of(logits: &[f32]) -> Option<Self> {
+        let max = max_of(logits);
+        if max == f32::NEG_INFINITY {
+            return None;
         }
+        let (z, first) = partition_sums(logits, max);
+        Some(Self { max, z, mean_shifted: first / z })
     }
-    let mean_shifted = weighted / z;
-    Some(Moments { max, z, mean_shifted, entropy: z.ln() - mean_shifted })
+
+    pub(crate) fn log_z(&self) -> f64 {
+        self.z.ln()
+    }
+
+    pub(crate) fn entropy(&self) -> f64 {
+        self.log_z() - self.mean_shifted
+    }
+
+    /// `Var[s]` in a second pass around the mean: E[s^2] - E[s]^2 would cancel catastrophically
+    /// for peaked distributions.
+    pub(crate) fn varentropy(&self, logits: &[f32]) -> f64 {
+        let (max, mean) = (self.max, self.mean_shifted);
+        let second = sum_f64(logits, move |l| {
+            let e = shifted_exp(l, max);
+            let d = if e > 0.0 { f64::from(l - max) - mean } else { 0.0 };
+            f64::from(e) * d * d
+        });
+        second / self.z
+    }
 }
 
 #[cfg(test)]

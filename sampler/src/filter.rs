@@ -12,6 +12,9 @@
 
 use std::cmp::Ordering;
 
+use entrobatch_math::exp_nonpositive;
+
+use crate::lanes::{max_of, sum_f64};
 use crate::nucleus::keep_nucleus;
 use crate::params::SamplingParams;
 
@@ -49,10 +52,21 @@ pub fn sample_filtered(logits: &[f32], cfg: &FilterConfig, uniform: f64) -> u32 
     if cfg.temperature.partial_cmp(&0.0) != Some(Ordering::Greater) {
         return argmax(logits);
     }
-    let mut cands = candidates(logits, cfg.temperature, cfg.min_p);
-    if cands.is_empty() {
+    let max = max_of(logits);
+    if max == f32::NEG_INFINITY {
         return argmax(logits);
     }
+    let weights = tempered_weights(logits, max, cfg.temperature, cfg.min_p);
+    let truncates = (cfg.top_k > 0 && cfg.top_k < logits.len()) || cfg.top_p < 1.0;
+    if !truncates {
+        return draw_in_id_order(&weights, uniform);
+    }
+    let mut cands: Vec<Candidate> = weights
+        .iter()
+        .enumerate()
+        .filter(|&(_, &weight)| weight > 0.0)
+        .map(|(i, &weight)| Candidate { id: i as u32, weight })
+        .collect();
     keep_top_k(&mut cands, cfg.top_k);
     if cfg.top_p < 1.0 {
         keep_nucleus(&mut cands, cfg.top_p);
@@ -74,22 +88,24 @@ pub(crate) fn by_rank(a: &Candidate, b: &Candidate) -> Ordering {
     b.weight.total_cmp(&a.weight).then(a.id.cmp(&b.id))
 }
 
-/// Tempered weights of the tokens that pass min_p, in id order.
-fn candidates(logits: &[f32], temperature: f32, min_p: f32) -> Vec<Candidate> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    if max == f32::NEG_INFINITY {
-        return Vec::new();
-    }
+/// `exp((l - max) / T)` per token, in id order (1 for the most likely); exactly 0 for a token
+/// that is banned or below min_p. One pass that vectorizes, without a libm call per token.
+fn tempered_weights(logits: &[f32], max: f32, temperature: f32, min_p: f32) -> Vec<f32> {
     // p_i >= min_p * p_max  <=>  (l_i - max) / T >= ln(min_p): no softmax needed.
     let floor = if min_p > 0.0 { min_p.ln() } else { f32::NEG_INFINITY };
+    // `move`: a closure holding references to the scalars reloads them per lane (as gathers).
     logits
         .iter()
-        .enumerate()
-        .filter_map(|(i, &l)| {
+        .map(move |&l| {
             // The maximum scores exactly 0 even if it is +inf (an overflowed
             // penalty) or T is so small that (l - max) / T would be NaN.
             let score = if l == max { 0.0 } else { (l - max) / temperature };
-            (score > f32::NEG_INFINITY && score >= floor).then(|| Candidate { id: i as u32, weight: score.exp() })
+            let weight = exp_nonpositive(score);
+            if score > f32::NEG_INFINITY && score >= floor {
+                weight
+            } else {
+                0.0
+            }
         })
         .collect()
 }
@@ -102,11 +118,46 @@ fn keep_top_k(cands: &mut Vec<Candidate>, k: usize) {
     }
 }
 
+/// Inverse CDF over every token in id order: the first whose cumulative weight exceeds
+/// `u * total`. The sums of blocks of `DRAW_BLOCK` tokens (taken in lanes) find the block, so
+/// only one block is walked token by token.
+fn draw_in_id_order(weights: &[f32], uniform: f64) -> u32 {
+    let block_sums: Vec<f64> = weights.chunks(DRAW_BLOCK).map(|b| sum_f64(b, f64::from)).collect();
+    let target = clamp_uniform(uniform) * block_sums.iter().sum::<f64>();
+    let mut acc = 0.0f64;
+    for (b, (block, &sum)) in weights.chunks(DRAW_BLOCK).zip(&block_sums).enumerate() {
+        if acc + sum <= target {
+            acc += sum;
+            continue;
+        }
+        // Summed token by token the block may fall a rounding short of its lane sum: the walk
+        // then goes on into the next blocks.
+        for (i, &w) in block.iter().enumerate() {
+            acc += f64::from(w);
+            if acc > target {
+                return (b * DRAW_BLOCK + i) as u32;
+            }
+        }
+    }
+    // u * total can round up to the full sum; then the last token with mass wins.
+    weights.iter().rposition(|&w| w > 0.0).map_or(0, |i| i as u32)
+}
+
+/// Tokens per block of `draw_in_id_order`'s first pass.
+const DRAW_BLOCK: usize = 256;
+
+fn clamp_uniform(uniform: f64) -> f64 {
+    if uniform > 0.0 {
+        uniform.min(1.0)
+    } else {
+        0.0
+    }
+}
+
 /// Inverse CDF: the first candidate whose cumulative weight exceeds `u * total`.
 fn draw(cands: &[Candidate], uniform: f64) -> u32 {
     let total: f64 = cands.iter().map(|c| f64::from(c.weight)).sum();
-    let u = if uniform > 0.0 { uniform.min(1.0) } else { 0.0 };
-    let target = u * total;
+    let target = clamp_uniform(uniform) * total;
     let mut acc = 0.0f64;
     for c in cands {
         acc += f64::from(c.weight);
@@ -136,6 +187,36 @@ mod tests {
         // Out-of-range uniforms are clamped rather than trusted.
         assert_eq!(draw(&cands, 1.5), 3);
         assert_eq!(draw(&cands, f64::NAN), 7);
+    }
+
+    /// Walking every token by blocks draws what walking the surviving candidates draws.
+    #[test]
+    fn drawing_by_blocks_matches_the_candidate_walk() {
+        for len in [1, 255, 256, 257, 49_152 + 3] {
+            let logits: Vec<f32> = (0..len)
+                .map(|i| if i % 13 == 5 { f32::NEG_INFINITY } else { ((i * 7919) % 1009) as f32 * 0.01 })
+                .collect();
+            let weights = tempered_weights(&logits, max_of(&logits), 0.7, 0.0);
+            let cands: Vec<Candidate> = weights
+                .iter()
+                .enumerate()
+                .filter(|&(_, &weight)| weight > 0.0)
+                .map(|(i, &weight)| Candidate { id: i as u32, weight })
+                .collect();
+            for k in 0..=200 {
+                let u = k as f64 / 200.0;
+                assert_eq!(draw_in_id_order(&weights, u), draw(&cands, u), "{len} tokens, u = {u}");
+            }
+        }
+    }
+
+    #[test]
+    fn banned_and_min_p_cut_tokens_weigh_exactly_nothing() {
+        let weights = tempered_weights(&[0.0, f32::NEG_INFINITY, -1.0, -10.0, f32::NAN], 0.0, 1.0, 0.1);
+        assert_eq!(weights[0], 1.0);
+        assert_eq!(weights[1], 0.0);
+        assert!((weights[2] - (-1f32).exp()).abs() < 1e-7, "{}", weights[2]);
+        assert_eq!(&weights[3..], [0.0, 0.0]);
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod entropix;
 mod entropy;
 mod error;
 mod filter;
+mod lanes;
 mod logprobs;
 pub mod mti;
 mod nucleus;

@@ -4,6 +4,8 @@
 //! the partition sum in f64, so 150k-token rows with large logits stay exact to
 //! f32 precision. They expect a finite maximum; -inf entries are fine.
 
+use crate::lanes::{max_of, shifted_exp, sum_f64};
+
 /// `ln(sum(exp(logits)))`; -inf for an empty row.
 pub fn logsumexp(logits: &[f32]) -> f32 {
     let norm = Normalizer::new(logits);
@@ -32,8 +34,7 @@ pub(crate) struct Normalizer {
 
 impl Normalizer {
     pub(crate) fn new(logits: &[f32]) -> Self {
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        Self::with_max(logits, max)
+        Self::with_max(logits, max_of(logits))
     }
 
     /// For callers that already found the maximum, saving a pass over the row.
@@ -41,7 +42,7 @@ impl Normalizer {
         if max == f32::NEG_INFINITY {
             return Normalizer { max, log_sum: 0.0 };
         }
-        let sum: f64 = logits.iter().map(|&l| f64::from((l - max).exp())).sum();
+        let sum = sum_f64(logits, move |l| f64::from(shifted_exp(l, max)));
         Normalizer { max, log_sum: sum.ln() as f32 }
     }
 

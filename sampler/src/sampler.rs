@@ -2,6 +2,7 @@
 
 use crate::error::SamplerError;
 use crate::filter::{sample_filtered, FilterConfig};
+use crate::lanes::max_of;
 use crate::logprobs::Normalizer;
 use crate::params::SamplingParams;
 use crate::penalties::{apply_penalties, needs_penalties};
@@ -101,19 +102,6 @@ pub fn first_non_finite(row: &[f32]) -> Option<usize> {
     let (c, chunk) =
         row.chunks(SCAN_CHUNK).enumerate().find(|(_, chunk)| !chunk.iter().fold(true, |ok, v| ok & v.is_finite()))?;
     chunk.iter().position(|v| !v.is_finite()).map(|i| c * SCAN_CHUNK + i)
-}
-
-/// The maximum of finite values, in 16 independent lanes (a single running maximum is a
-/// dependency chain the compiler must keep scalar; the maximum does not depend on the order).
-fn max_of(values: &[f32]) -> f32 {
-    let mut lanes = [f32::NEG_INFINITY; 16];
-    let (whole, rest) = values.as_chunks::<16>();
-    for block in whole {
-        for (lane, &v) in lanes.iter_mut().zip(block) {
-            *lane = if v > *lane { v } else { *lane };
-        }
-    }
-    rest.iter().chain(&lanes).fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
 }
 
 /// Only copies the row when a history-dependent processor will modify it, so

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::entropy::Partition;
+
 const LN_2: f64 = std::f64::consts::LN_2;
 
 /// Entropy `H = E[-log2 p]` (bits) and varentropy `Var[-log2 p]` (bits^2) of `softmax(logits)`.
@@ -18,9 +20,8 @@ pub fn logit_stats(logits: &[f32]) -> LogitStats {
     row_moments(logits).stats
 }
 
-/// The stats plus the row's log-partition, from one `exp` pass over the vocabulary: the
-/// sampler needs both every step, and three separate passes (entropy, varentropy, logprobs)
-/// cost about as much as the rest of an entropix step together.
+/// The stats plus the row's log-partition: the sampler needs both every step, and the
+/// logprobs reuse the partition's pass rather than taking their own.
 pub(crate) struct RowMoments {
     pub stats: LogitStats,
     max: f32,
@@ -34,37 +35,16 @@ impl RowMoments {
     }
 }
 
-/// With `s_i = l_i - max` and `p_i = e^{s_i} / Z`: `H = ln Z - E[s]`, `Var[-ln p] = Var[s]`
-/// (as in `entropy.rs`); the second moment is taken around the mean from the stored weights.
+/// `H` and `Var[-ln p]` from `entropy.rs`'s partition, in bits; the log-partition kept for
+/// the logprobs.
 pub(crate) fn row_moments(logits: &[f32]) -> RowMoments {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    if max == f32::NEG_INFINITY {
+    let Some(p) = Partition::of(logits) else {
         // Empty or fully masked: no uncertainty to measure.
-        return RowMoments { stats: LogitStats::default(), max, log_z: 0.0 };
-    }
-    let weights: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
-    let (mut z, mut first) = (0f64, 0f64);
-    for (&w, &l) in weights.iter().zip(logits) {
-        // Zero-weight (masked) entries are skipped so `0 * -inf` never makes a NaN.
-        if w > 0.0 {
-            z += f64::from(w);
-            first += f64::from(w) * f64::from(l - max);
-        }
-    }
-    let mean = first / z;
-    let mut second = 0f64;
-    for (&w, &l) in weights.iter().zip(logits) {
-        if w > 0.0 {
-            let d = f64::from(l - max) - mean;
-            second += f64::from(w) * d * d;
-        }
-    }
-    let log_z = z.ln();
-    RowMoments {
-        stats: LogitStats { entropy: ((log_z - mean) / LN_2) as f32, varentropy: (second / z / (LN_2 * LN_2)) as f32 },
-        max,
-        log_z,
-    }
+        return RowMoments { stats: LogitStats::default(), max: f32::NEG_INFINITY, log_z: 0.0 };
+    };
+    let stats =
+        LogitStats { entropy: (p.entropy() / LN_2) as f32, varentropy: (p.varentropy(logits) / (LN_2 * LN_2)) as f32 };
+    RowMoments { stats, max: p.max, log_z: p.log_z() }
 }
 
 /// Attention statistics of one query row over the positions that exist, in bits.
