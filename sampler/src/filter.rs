@@ -15,7 +15,7 @@ use std::cmp::Ordering;
 use entrobatch_math::exp_nonpositive;
 
 use crate::lanes::{max_of, sum_f64};
-use crate::nucleus::keep_nucleus;
+use crate::nucleus::{keep_nucleus, nucleus_of, top_k_superset};
 use crate::params::SamplingParams;
 
 /// The draw-shaping subset of `SamplingParams`, reusable by other strategies.
@@ -61,16 +61,16 @@ pub fn sample_filtered(logits: &[f32], cfg: &FilterConfig, uniform: f64) -> u32 
     if !truncates {
         return draw_in_id_order(&weights, uniform);
     }
-    let mut cands: Vec<Candidate> = weights
-        .iter()
-        .enumerate()
-        .filter(|&(_, &weight)| weight > 0.0)
-        .map(|(i, &weight)| Candidate { id: i as u32, weight })
-        .collect();
-    keep_top_k(&mut cands, cfg.top_k);
-    if cfg.top_p < 1.0 {
-        keep_nucleus(&mut cands, cfg.top_p);
-    }
+    let cands = if cfg.top_k > 0 && cfg.top_k < logits.len() {
+        let mut cands = top_k_superset(&weights, cfg.top_k);
+        keep_top_k(&mut cands, cfg.top_k);
+        if cfg.top_p < 1.0 {
+            keep_nucleus(&mut cands, cfg.top_p);
+        }
+        cands
+    } else {
+        nucleus_of(&weights, cfg.top_p)
+    };
     draw(&cands, uniform)
 }
 
