@@ -48,30 +48,39 @@ pub fn argmax(logits: &[f32]) -> u32 {
 /// Draws a token from already-penalised `logits` (-inf = banned) using the
 /// caller's `uniform` in [0, 1). Temperature <= 0 (or NaN) means argmax.
 pub fn sample_filtered(logits: &[f32], cfg: &FilterConfig, uniform: f64) -> u32 {
-    // partial_cmp rather than `<= 0.0` so that a NaN temperature also means argmax.
-    if cfg.temperature.partial_cmp(&0.0) != Some(Ordering::Greater) {
+    if !draws(cfg) {
         return argmax(logits);
     }
-    let max = max_of(logits);
-    if max == f32::NEG_INFINITY {
+    sample_with_max(logits, max_of(logits), cfg, uniform)
+}
+
+/// `sample_filtered` for a caller that already holds the row's maximum (the row scan of
+/// `sample_row`), saving a pass over the vocabulary.
+pub(crate) fn sample_with_max(logits: &[f32], max: f32, cfg: &FilterConfig, uniform: f64) -> u32 {
+    if !draws(cfg) || max == f32::NEG_INFINITY {
         return argmax(logits);
     }
     let weights = tempered_weights(logits, max, cfg.temperature, cfg.min_p);
-    let truncates = (cfg.top_k > 0 && cfg.top_k < logits.len()) || cfg.top_p < 1.0;
-    if !truncates {
-        return draw_in_id_order(&weights, uniform);
-    }
-    let cands = if cfg.top_k > 0 && cfg.top_k < logits.len() {
+    let limits_k = cfg.top_k > 0 && cfg.top_k < logits.len();
+    let cands = if limits_k {
         let mut cands = top_k_superset(&weights, cfg.top_k);
         keep_top_k(&mut cands, cfg.top_k);
         if cfg.top_p < 1.0 {
             keep_nucleus(&mut cands, cfg.top_p);
         }
         cands
-    } else {
+    } else if cfg.top_p < 1.0 {
         nucleus_of(&weights, cfg.top_p)
+    } else {
+        return draw_in_id_order(&weights, uniform);
     };
     draw(&cands, uniform)
+}
+
+/// Whether `cfg` draws at all: partial_cmp rather than `<= 0.0` so that a NaN temperature
+/// also means argmax.
+fn draws(cfg: &FilterConfig) -> bool {
+    cfg.temperature.partial_cmp(&0.0) == Some(Ordering::Greater)
 }
 
 /// A surviving token and its unnormalised probability `exp((l - max) / T)`,

@@ -1,7 +1,7 @@
 //! One engine step: turn each row of logits into a token and its logprobs.
 
 use crate::error::SamplerError;
-use crate::filter::{sample_filtered, FilterConfig};
+use crate::filter::{sample_filtered, sample_with_max, FilterConfig};
 use crate::lanes::max_of;
 use crate::logprobs::Normalizer;
 use crate::params::SamplingParams;
@@ -47,7 +47,7 @@ pub fn sample_row(row: &SampleInput<'_>) -> Result<SampleOutput, SamplerError> {
     let scan = scan_logits(logits)?;
     row.params.validate(logits.len())?;
 
-    let token_id = choose_token(row, scan.argmax)?;
+    let token_id = choose_token(row, &scan)?;
     let Some(n) = row.params.logprobs else {
         return Ok(SampleOutput { token_id, logprob: None, top_logprobs: Vec::new() });
     };
@@ -107,21 +107,21 @@ pub fn first_non_finite(row: &[f32]) -> Option<usize> {
 /// Only copies the row when a history-dependent processor will modify it, so
 /// plain greedy and plain sampling rows never allocate a vocab-sized buffer
 /// for penalties (and greedy rows allocate nothing at all).
-fn choose_token(row: &SampleInput<'_>, raw_argmax: u32) -> Result<u32, SamplerError> {
+fn choose_token(row: &SampleInput<'_>, raw: &RowScan) -> Result<u32, SamplerError> {
     let params = row.params;
     let penalised = needs_penalties(params, row.prompt_token_ids, row.output_token_ids);
     if params.is_greedy() && !penalised {
         return match row.mask {
-            Some(mask) if !mask.allows(raw_argmax) => {
+            Some(mask) if !mask.allows(raw.argmax) => {
                 mask.argmax_allowed(row.logits).ok_or(SamplerError::AllTokensMasked)
             }
-            _ => Ok(raw_argmax),
+            _ => Ok(raw.argmax),
         };
     }
     let cfg = FilterConfig::from(params);
     let u = uniform(row.seed, row.step, 0);
     if !penalised && row.mask.is_none() {
-        return Ok(sample_filtered(row.logits, &cfg, u));
+        return Ok(sample_with_max(row.logits, raw.max, &cfg, u));
     }
     let mut logits = row.logits.to_vec();
     if penalised {
