@@ -11,15 +11,46 @@ use crate::sequence::SeqId;
 use crate::step_budget::StepBudget;
 use crate::step_cost::{CostModel, StepWork};
 
+/// A drafter's estimate of how a draft will be kept. The first token is told apart: a draft
+/// starts where the last one broke off or where a fresh match begins, and is rejected there
+/// far more often than once it has been followed for a token (a copy, once on track, stays on
+/// it).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DraftOdds {
+    /// The chance the first draft token is kept.
+    pub first: f64,
+    /// The chance each later draft token is kept given the one before it was.
+    pub next: f64,
+}
+
+impl DraftOdds {
+    /// Every token kept with the same chance given the one before.
+    pub fn uniform(acceptance: f64) -> Self {
+        Self { first: acceptance, next: acceptance }
+    }
+
+    fn clamped(self) -> Self {
+        Self { first: self.first.clamp(0.0, 1.0), next: self.next.clamp(0.0, 1.0) }
+    }
+
+    /// The chance that draft token `j` (from 0) is kept given that token `j - 1` was.
+    fn at(&self, j: usize) -> f64 {
+        if j == 0 {
+            self.first
+        } else {
+            self.next
+        }
+    }
+}
+
 impl Scheduler {
     /// Proposes `token_ids` to follow `id`'s tokens in its next scheduled step (replacing any
-    /// earlier draft). `acceptance`: the drafter's estimate that a draft token is kept given
-    /// that the one before it was; the step grants the `j`-th token only while `acceptance^j`
-    /// tokens are worth its row (`grant_drafts`).
-    pub fn set_draft(&mut self, id: SeqId, token_ids: Vec<u32>, acceptance: f64) -> Result<(), SchedulerError> {
+    /// earlier draft); the step grants the `j`-th token only while the chance that it and every
+    /// token before it are kept is worth its row (`grant_drafts`).
+    pub fn set_draft(&mut self, id: SeqId, token_ids: Vec<u32>, odds: DraftOdds) -> Result<(), SchedulerError> {
         let seq = self.sequences.get_mut(&id).ok_or(SchedulerError::UnknownSequence(id))?;
         seq.draft_token_ids = token_ids;
-        seq.draft_acceptance = acceptance.clamp(0.0, 1.0);
+        seq.draft_odds = odds.clamped();
         Ok(())
     }
 
@@ -95,7 +126,7 @@ impl Scheduler {
             let cap = seq.draft_token_ids.len().min(room).min(budget.rows());
             let context = row.context_len + row.num_query_tokens;
             let lookahead = seq.lookahead_slots;
-            let mut n = rate.grant(context, cap, seq.draft_acceptance);
+            let mut n = rate.grant(context, cap, seq.draft_odds);
             // Short of blocks, a draft keeps to the slots its table already has: it never
             // preempts anyone.
             if n > 0 && !self.grow(row.seq_id, context + n + lookahead) {
@@ -128,14 +159,13 @@ impl DraftRate {
         Self { model, seconds, tokens: tokens as f64 }
     }
 
-    /// How many of `cap` draft tokens after `context` tokens are worth their rows, each kept
-    /// with probability `acceptance` given the one before. Before the step cost is fitted
-    /// every draft is tried: the first steps are what fits it.
-    fn grant(&mut self, context: usize, cap: usize, acceptance: f64) -> usize {
+    /// How many of `cap` draft tokens after `context` tokens are worth their rows. Before the
+    /// step cost is fitted every draft is tried: the first steps are what fits it.
+    fn grant(&mut self, context: usize, cap: usize, odds: DraftOdds) -> usize {
         let Some(model) = self.model else { return cap };
         let mut reach = 1.0;
         for j in 0..cap {
-            reach *= acceptance;
+            reach *= odds.at(j);
             let cost = model.chunk_seconds(context + j, 1);
             // Expected tokens per second of this row against the step's rate with it left out.
             if cost > 0.0 && self.seconds > 0.0 && reach / cost < self.tokens / self.seconds {
@@ -165,13 +195,26 @@ mod tests {
         // One sequence, a 10 ms step, 0.5 ms a row: a token kept with probability 0.6^j pays
         // while 0.6^j / 0.5 ms beats the step's rate (about 1/10 ms and rising).
         let mut alone = DraftRate::new(Some(model(0.0095, 0.0005)), StepWork { rows: 1, kilo_keys: 0.0 }, 1);
-        let n = alone.grant(100, 8, 0.6);
+        let n = alone.grant(100, 8, DraftOdds::uniform(0.6));
         assert!((3..8).contains(&n), "{n} of 8 drafts granted to a lone sequence");
         // 64 sequences: the step already makes a token per 0.65 ms of its 41.5 ms.
         let mut full = DraftRate::new(Some(model(0.0095, 0.0005)), StepWork { rows: 64, kilo_keys: 0.0 }, 64);
-        assert_eq!(full.grant(100, 8, 0.6), 0);
+        assert_eq!(full.grant(100, 8, DraftOdds::uniform(0.6)), 0);
         let mut certain = DraftRate::new(Some(model(0.0095, 0.0005)), StepWork { rows: 64, kilo_keys: 0.0 }, 64);
-        assert!(certain.grant(100, 8, 0.99) >= 4, "near-certain drafts still pay at a full batch");
+        assert!(certain.grant(100, 8, DraftOdds::uniform(0.99)) >= 4, "near-certain drafts still pay at a full batch");
+    }
+
+    #[test]
+    fn a_doubtful_first_token_holds_back_a_draft_that_would_then_be_certain() {
+        let full = || DraftRate::new(Some(model(0.0095, 0.0005)), StepWork { rows: 64, kilo_keys: 0.0 }, 64);
+        // 0.7 kept for the first token, 0.99 for the rest: worth less than a decoded token's
+        // share of a full batch (0.65 ms a token, 0.5 ms a row: a row must add 0.77 tokens)
+        // from the first row on.
+        assert_eq!(full().grant(100, 8, DraftOdds { first: 0.7, next: 0.99 }), 0);
+        let sure_start = full().grant(100, 8, DraftOdds { first: 0.99, next: 0.99 });
+        assert!(sure_start >= 4, "{sure_start}");
+        // A sure first token and a doubtful rest: the first row alone.
+        assert_eq!(full().grant(100, 8, DraftOdds { first: 0.99, next: 0.5 }), 1);
     }
 
     /// A scheduler whose step cost is fitted as 6 ms + 0.5 ms a row, with sequence 1 decoding
@@ -198,7 +241,7 @@ mod tests {
         if let Some(len) = prompt_beside {
             s.add(seq(2, len)).unwrap();
         }
-        s.set_draft(1, (10..18).collect(), acceptance).unwrap();
+        s.set_draft(1, (10..18).collect(), DraftOdds::uniform(acceptance)).unwrap();
         s
     }
 
@@ -219,6 +262,6 @@ mod tests {
     #[test]
     fn before_the_cost_is_known_every_draft_is_tried() {
         let mut rate = DraftRate::new(None, StepWork { rows: 1, kilo_keys: 0.0 }, 1);
-        assert_eq!(rate.grant(10, 5, 0.1), 5);
+        assert_eq!(rate.grant(10, 5, DraftOdds::uniform(0.1)), 5);
     }
 }

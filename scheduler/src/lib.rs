@@ -37,6 +37,7 @@ mod updates;
 
 pub use block::{Block, BlockCopy, BlockId, NULL_BLOCK};
 pub use config::SchedulerConfig;
+pub use draft::DraftOdds;
 pub use error::{NeverFitsReason, SchedulerError};
 pub use latency::{LatencyTargets, QueueLoad, WouldMissTtft};
 pub use output::{ScheduledSequence, SchedulerOutput};

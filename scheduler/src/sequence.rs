@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::block::BlockId;
+use crate::draft::DraftOdds;
 use crate::seq_blocks::SeqBlocks;
 
 pub type SeqId = u64;
@@ -76,8 +77,8 @@ pub struct Sequence {
     pub(crate) skip_prefix_cache: bool,
     /// Tokens a drafter guesses follow `token_ids`, for the next step to verify.
     pub(crate) draft_token_ids: Vec<u32>,
-    /// The drafter's estimate that a draft token is kept, given the one before it was.
-    pub(crate) draft_acceptance: f64,
+    /// The drafter's estimate of how the draft will be kept.
+    pub(crate) draft_odds: DraftOdds,
     /// Draft tokens the last `schedule()` handed out, counted in `num_computed_tokens` until
     /// `accept_draft` says how many were kept.
     pub(crate) num_draft_in_flight: usize,
@@ -107,7 +108,7 @@ impl Sequence {
             num_cached_prompt_tokens: None,
             skip_prefix_cache: request.skip_prefix_cache,
             draft_token_ids: Vec::new(),
-            draft_acceptance: 0.0,
+            draft_odds: DraftOdds::uniform(0.0),
             num_draft_in_flight: 0,
             is_fork_child: false,
             has_forked: false,

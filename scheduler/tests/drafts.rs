@@ -3,7 +3,7 @@
 mod common;
 
 use common::{config, new_seq, step};
-use entrobatch_scheduler::{NewSequence, Scheduler};
+use entrobatch_scheduler::{DraftOdds, NewSequence, Scheduler};
 
 const BS: usize = 4;
 
@@ -21,7 +21,7 @@ fn a_draft_rides_after_the_decode_token_with_its_own_slots() {
     let mut s = Scheduler::new(config(64, 4, BS, 16)).unwrap();
     decoding(&mut s, 1, 6);
     let before = s.get(1).unwrap().num_computed_tokens();
-    s.set_draft(1, vec![11, 12, 13], 0.9).unwrap();
+    s.set_draft(1, vec![11, 12, 13], DraftOdds::uniform(0.9)).unwrap();
     let out = s.schedule();
     let row = out.scheduled[0];
     assert_eq!((row.num_query_tokens, row.num_draft_tokens), (1, 3));
@@ -53,7 +53,7 @@ fn a_rejected_draft_gives_back_the_blocks_it_alone_filled_and_is_never_cached() 
     // 7 prompt tokens + 1 sampled: the decode token sits at position 7, the end of block 1.
     decoding(&mut s, 1, 7);
     let free_before = s.num_free_blocks();
-    s.set_draft(1, vec![50, 51, 52, 53, 54, 55, 56, 57], 1.0).unwrap();
+    s.set_draft(1, vec![50, 51, 52, 53, 54, 55, 56, 57], DraftOdds::uniform(1.0)).unwrap();
     let out = s.schedule();
     assert_eq!(out.scheduled[0].num_draft_tokens, 8);
     assert_eq!(s.num_free_blocks(), free_before - 2, "two more blocks for the draft");
@@ -78,7 +78,7 @@ fn drafts_take_only_the_rows_prefill_left() {
     let mut s = Scheduler::new(config(10, 4, BS, 32)).unwrap();
     decoding(&mut s, 1, 4);
     s.add(new_seq(2, 40, 4)).unwrap();
-    s.set_draft(1, vec![1; 8], 1.0).unwrap();
+    s.set_draft(1, vec![1; 8], DraftOdds::uniform(1.0)).unwrap();
     let out = s.schedule();
     let draft = out.scheduled.iter().find(|r| r.seq_id == 1).unwrap().num_draft_tokens;
     let prefill = out.scheduled.iter().find(|r| r.seq_id == 2).unwrap().num_query_tokens;
@@ -92,7 +92,7 @@ fn a_draft_never_runs_past_max_tokens() {
     s.add(new_seq(1, 4, 3)).unwrap();
     step(&mut s);
     // One output token of 3: a draft of 1 plus the bonus token reaches the limit.
-    s.set_draft(1, vec![1, 2, 3, 4], 1.0).unwrap();
+    s.set_draft(1, vec![1, 2, 3, 4], DraftOdds::uniform(1.0)).unwrap();
     let out = s.schedule();
     assert_eq!(out.scheduled[0].num_draft_tokens, 1);
     s.accept_draft(1, 1).unwrap();
@@ -103,7 +103,7 @@ fn accepting_more_than_was_verified_is_an_error_and_rolls_back() {
     let mut s = Scheduler::new(config(64, 4, BS, 16)).unwrap();
     decoding(&mut s, 1, 4);
     let before = s.get(1).unwrap().num_computed_tokens();
-    s.set_draft(1, vec![1, 2], 1.0).unwrap();
+    s.set_draft(1, vec![1, 2], DraftOdds::uniform(1.0)).unwrap();
     s.schedule();
     assert!(s.accept_draft(1, 3).is_err());
     assert_eq!(s.get(1).unwrap().num_computed_tokens(), before + 1);
@@ -114,7 +114,7 @@ fn a_draft_nobody_reported_on_is_rolled_back_at_the_next_step() {
     let mut s = Scheduler::new(config(64, 4, BS, 16)).unwrap();
     decoding(&mut s, 1, 4);
     let before = s.get(1).unwrap().num_computed_tokens();
-    s.set_draft(1, vec![1, 2], 1.0).unwrap();
+    s.set_draft(1, vec![1, 2], DraftOdds::uniform(1.0)).unwrap();
     s.schedule();
     s.append_token(1, 5).unwrap();
     let out = s.schedule();
@@ -130,8 +130,8 @@ fn a_draft_never_preempts_and_waits_for_free_blocks() {
     step(&mut s);
     // Both hold two blocks; the decode tokens' slots are in them, and one block is free.
     assert_eq!(s.num_free_blocks(), 1);
-    s.set_draft(1, vec![1; 8], 1.0).unwrap();
-    s.set_draft(2, vec![1; 8], 1.0).unwrap();
+    s.set_draft(1, vec![1; 8], DraftOdds::uniform(1.0)).unwrap();
+    s.set_draft(2, vec![1; 8], DraftOdds::uniform(1.0)).unwrap();
     let out = s.schedule();
     assert!(out.preempted.is_empty());
     // Six draft tokens (room for the bonus token kept) need two blocks; the one free block is not enough for either.

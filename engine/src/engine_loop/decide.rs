@@ -2,7 +2,7 @@
 //! mask (structured outputs), the strategy's choice under it, or the verification of a draft,
 //! and the next draft for a speculating request.
 
-use entrobatch_scheduler::SeqId;
+use entrobatch_scheduler::{DraftOdds, SeqId};
 
 use crate::event::GeneratedToken;
 use crate::logits_check::check_logits_finite;
@@ -18,8 +18,8 @@ pub(super) struct Decision {
     pub num_accepted: usize,
     /// The verified draft's verdict, for the engine's pooled acceptance rate.
     pub verdict: Option<DraftVerdict>,
-    /// The draft for the next step and the chance each of its tokens is kept.
-    pub next_draft: Option<(Vec<u32>, f64)>,
+    /// The draft for the next step and the odds its tokens are kept.
+    pub next_draft: Option<(Vec<u32>, DraftOdds)>,
     /// At a branch point of a structured output: the grammar after each candidate, in order.
     pub fork_constraints: Vec<Constraint>,
 }

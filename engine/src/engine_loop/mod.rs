@@ -389,9 +389,9 @@ impl EngineLoop {
             }
         }
         self.commit_tokens(id, output, 0);
-        if let Some((tokens, acceptance)) = next_draft {
+        if let Some((tokens, odds)) = next_draft {
             // Gone if those tokens finished it.
-            let _ = self.scheduler.set_draft(id, tokens, acceptance);
+            let _ = self.scheduler.set_draft(id, tokens, odds);
         }
     }
 

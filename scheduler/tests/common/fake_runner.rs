@@ -4,7 +4,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use entrobatch_scheduler::{BlockId, FinishReason, NewSequence, ScheduledSequence, Scheduler, SeqId, NULL_BLOCK};
+use entrobatch_scheduler::{
+    BlockId, DraftOdds, FinishReason, NewSequence, ScheduledSequence, Scheduler, SeqId, NULL_BLOCK,
+};
 
 use super::check_output;
 
@@ -175,7 +177,9 @@ impl Driver {
         if let Kind::Speculative { draft } = kind {
             let n = self.tick as usize % (draft + 1);
             let guess: Vec<u32> = (0..n as u32).map(|i| (self.tick + i) % 5).collect();
-            self.s.set_draft(id, guess, 0.5 + (self.tick % 5) as f64 / 10.0).expect("live");
+            let odds =
+                DraftOdds { first: 0.5 + (self.tick % 5) as f64 / 10.0, next: 0.5 + (self.tick % 3) as f64 / 4.0 };
+            self.s.set_draft(id, guess, odds).expect("live");
         }
         if next_rows > 0 {
             // The engine fails a request whose strategy asks for rows that can never fit.
