@@ -194,8 +194,9 @@ impl Speculation {
     }
 
     /// A draft to follow `token_ids` (the prompt's `num_prompt` tokens, then the output) and
-    /// the odds its tokens are kept; `None` when no drafter has a guess. `entropy`: of the row the last token was drawn from (a pass over the
-    /// vocabulary, so taken only when there is a draft).
+    /// the odds its tokens are kept; `None` when no drafter has a guess. `entropy`: of the row
+    /// the last token was drawn from (a pass over the vocabulary, so taken only when there is a
+    /// draft).
     pub fn propose(
         &mut self,
         token_ids: &[u32],
