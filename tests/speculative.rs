@@ -14,8 +14,8 @@ use entrobatch::faults::FaultInjection;
 use entrobatch::model_runner::testing::TinyModelSpec;
 use entrobatch::structured::StructuredOutput;
 use entrobatch::{
-    Decoding, Engine, EngineConfig, EngineError, GenerationOutput, GenerationParams, MatmulMode, Prompt, Request,
-    SamplingParams, SpeculativeConfig,
+    Decoding, Engine, EngineConfig, EngineError, Event, GenerationOutput, GenerationParams, MatmulMode, Prompt,
+    Request, SamplingParams, SpeculativeConfig,
 };
 
 fn lookup() -> SpeculativeConfig {
@@ -200,6 +200,36 @@ fn a_predicted_output_is_drafted_from_and_changes_nothing() {
     let m = engine.metrics();
     assert!(m.spec_decode.num_draft_tokens.load(Ordering::Relaxed) as usize >= accepted + rejected);
     assert_eq!(m.kv_blocks_used.load(Ordering::Relaxed), 0, "KV blocks leaked");
+}
+
+/// The tokens a step verifies reach the client together: a request whose prediction is its
+/// own answer gets several tokens a step, each step's as one event, and the events still add
+/// up to the answer decoded without drafts, token for token and byte for byte.
+#[test]
+fn a_steps_verified_tokens_are_one_event() {
+    let path = tiny_model(&TinyModelSpec::qwen2(), "spec-one-event");
+    let engine = start(EngineConfig::new(&path), false);
+    let prompt = &varied_prompt_ids(&engine)[0];
+    let expected = generate(&engine, prompt, params(0.0));
+    let asked = GenerationParams { prediction: Some(expected.text.clone()), ..params(0.0) };
+    let mut handle = engine.submit(Request::new(Prompt::TokenIds(prompt.to_vec()), asked)).expect("submit");
+    let (mut token_ids, mut text, mut sizes) = (Vec::new(), String::new(), Vec::new());
+    while let Some(event) = handle.next_blocking() {
+        match event {
+            Event::Tokens { tokens, text: delta } => {
+                sizes.push(tokens.len());
+                token_ids.extend(tokens.iter().map(|t| t.token_id));
+                text.push_str(&delta);
+            }
+            Event::Finished { error, .. } => assert_eq!(error, None),
+            Event::PromptLogprobs(_) => {}
+        }
+    }
+    assert_eq!(token_ids, expected.token_ids);
+    assert_eq!(text, expected.text);
+    assert!(sizes.iter().all(|&n| n > 0), "an event without tokens: {sizes:?}");
+    assert!(sizes.iter().any(|&n| n > 1), "every event carried one token: {sizes:?}");
+    assert!(sizes.len() < token_ids.len(), "{} events for {} tokens", sizes.len(), token_ids.len());
 }
 
 /// `n` seeded copies of a request with a prediction share its tokens and each follow it at

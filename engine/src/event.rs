@@ -93,7 +93,9 @@ pub struct GeneratedToken {
 }
 
 /// What a request's stream carries, in order: `PromptLogprobs` (only when asked, prompt
-/// positions 1.. in order, before any token), any number of `Tokens`, then one `Finished`.
+/// positions 1.. in order, before any token), any number of `Tokens` (one for each step that
+/// gave the request tokens: several where a draft was verified or a branch settled), then one
+/// `Finished`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Event {
     PromptLogprobs(Vec<PromptLogprob>),

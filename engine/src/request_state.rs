@@ -33,6 +33,9 @@ pub struct RequestState {
     /// The continuations a branching request is trying (`Decoding::Branch`).
     pub(crate) branch: Option<ActiveBranch>,
     sender: UnboundedSender<Event>,
+    /// The step's tokens not yet sent: a step's tokens (a verified draft, a settled branch)
+    /// reach the client as one event, as one chunk of a stream.
+    unsent: Option<Unsent>,
     detokenizer: Detokenizer,
     stop_checker: StopChecker,
     /// The stop string that ended the output, once one has.
@@ -40,6 +43,12 @@ pub struct RequestState {
     eos_token_ids: Vec<u32>,
     /// The request's slot under the in-flight bound, freed by `finish`.
     in_flight: InFlightPermit,
+}
+
+/// Tokens appended since the last `flush`, and their text.
+struct Unsent {
+    tokens: Vec<GeneratedToken>,
+    text: String,
 }
 
 /// A finished request's token counts, read from its scheduler `Sequence`.
@@ -79,6 +88,7 @@ impl RequestState {
             speculation: None,
             branch: None,
             sender,
+            unsent: None,
             detokenizer: Detokenizer::new(),
             stop_checker,
             matched_stop: None,
@@ -92,12 +102,11 @@ impl RequestState {
         (!self.params.ignore_eos && self.eos_token_ids.contains(&id)) || self.params.stop_token_ids.contains(&id)
     }
 
-    /// Streams one sampled token (already appended to the scheduler's sequence, whose answer is
-    /// `appended`) and says whether the request is now finished.
+    /// Takes one sampled token (already appended to the scheduler's sequence, whose answer is
+    /// `appended`) for the next `flush` and says whether the request is now finished.
     /// `grammar_complete`: a structured output's grammar allows only EOS after this token, so
     /// the request ends now rather than spend a step on it.
-    /// Returns `None` while it goes on. A closed receiver (the client went away) finishes
-    /// the request as aborted so its blocks are freed.
+    /// Returns `None` while it goes on.
     pub fn append(
         &mut self,
         token: GeneratedToken,
@@ -117,7 +126,7 @@ impl RequestState {
                 (text, true)
             }
         };
-        let mut finish = if is_eos || is_stop_id || stopped_by_string || grammar_complete {
+        let finish = if is_eos || is_stop_id || stopped_by_string || grammar_complete {
             Some(FinishReason::Stop)
         } else if appended.reached_max_tokens {
             Some(FinishReason::Length)
@@ -132,11 +141,24 @@ impl RequestState {
             }
             text.push_str(&self.stop_checker.flush());
         }
-        let event = Event::Tokens { tokens: vec![token], text };
-        if self.sender.send(event).is_err() {
-            finish = Some(FinishReason::Abort);
+        match &mut self.unsent {
+            Some(unsent) => {
+                unsent.tokens.push(token);
+                unsent.text.push_str(&text);
+            }
+            None => self.unsent = Some(Unsent { tokens: vec![token], text }),
         }
         (finish, timing)
+    }
+
+    /// Sends the tokens appended since the last flush as one event. `false` when the receiver
+    /// is gone (the client went away): the caller finishes the request as aborted so its
+    /// blocks are freed.
+    pub fn flush(&mut self) -> bool {
+        match self.unsent.take() {
+            Some(Unsent { tokens, text }) => self.sender.send(Event::Tokens { tokens, text }).is_ok(),
+            None => !self.sender.is_closed(),
+        }
     }
 
     /// Streams prompt log-probabilities; a closed receiver is noticed by the next token.
@@ -150,12 +172,13 @@ impl RequestState {
     /// request that never reached it), freeing the request's in-flight slot first: whoever
     /// sees the event may read `Engine::in_flight` and must find the request gone.
     pub fn finish(
-        self,
+        mut self,
         reason: FinishReason,
         error: Option<String>,
         counts: SequenceCounts,
         schema_errors: Option<Vec<String>>,
     ) {
+        self.flush();
         let Self { in_flight, sender, strategy, num_prompt_tokens, matched_stop, speculation, .. } = self;
         drop(in_flight);
         let _ = sender.send(Event::Finished {

@@ -395,9 +395,9 @@ impl EngineLoop {
         }
     }
 
-    /// Appends a strategy's tokens to the request's sequence and streams them, ending the
-    /// request where they finish it. The first `already_appended` are in the sequence already
-    /// (a kept branch continuation's); they are only streamed.
+    /// Appends a strategy's tokens to the request's sequence and streams them as one event,
+    /// ending the request where they finish it. The first `already_appended` are in the
+    /// sequence already (a kept branch continuation's); they are only streamed.
     fn commit_tokens(&mut self, id: RequestId, out: StrategyOutput, already_appended: usize) {
         let last = out.tokens.len().saturating_sub(1);
         let Some(seq) = self.scheduler.get(id) else { return };
@@ -438,6 +438,10 @@ impl EngineLoop {
                 self.finish_request(id, reason, None);
                 return;
             }
+        }
+        if self.requests.get_mut(&id).is_some_and(|state| !state.flush()) {
+            self.finish_request(id, FinishReason::Abort, None);
+            return;
         }
         if out.next_scratch_rows > 0 {
             if let Err(e) = self.scheduler.request_scratch_rows(id, out.next_scratch_rows) {
