@@ -46,6 +46,7 @@ pub struct RequestState {
 }
 
 /// Tokens appended since the last `flush`, and their text.
+#[derive(Default)]
 struct Unsent {
     tokens: Vec<GeneratedToken>,
     text: String,
@@ -141,13 +142,9 @@ impl RequestState {
             }
             text.push_str(&self.stop_checker.flush());
         }
-        match &mut self.unsent {
-            Some(unsent) => {
-                unsent.tokens.push(token);
-                unsent.text.push_str(&text);
-            }
-            None => self.unsent = Some(Unsent { tokens: vec![token], text }),
-        }
+        let unsent = self.unsent.get_or_insert_with(Unsent::default);
+        unsent.tokens.push(token);
+        unsent.text.push_str(&text);
         (finish, timing)
     }
 
