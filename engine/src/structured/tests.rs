@@ -299,6 +299,9 @@ fn keywords_a_grammar_cannot_enforce_are_checked_after_or_refused_under_strict()
     let one_of = json!({"oneOf": [{"type": "integer", "minimum": 5}, {"type": "integer", "maximum": 10}]});
     let err = b.compile(&StructuredOutput::StrictJsonSchema(one_of.clone())).unwrap_err();
     assert!(matches!(&err, StructuredError::InvalidSchema(m) if m.contains("oneOf")), "{err}");
+    // The refusal says what this API's client can do, not an llguidance option it cannot set.
+    let message = err.to_string();
+    assert!(message.contains("without strict") && !message.contains("coerce_one_of"), "{message}");
     let spec = StructuredOutput::JsonSchema(one_of);
     assert_eq!(check_after(&spec, "3").1, Some(vec![]));
     assert_eq!(check_after(&spec, "7").1.map(|e| e.len()), Some(1), "7 matches both");
