@@ -227,9 +227,9 @@ impl StructuredBackend {
             let parser = factory.create_parser(grammar)?;
             Ok(Matcher::new(Ok(parser)))
         }));
-        let mut matcher = built.map_err(|e| spec.compile_error(in_api_terms(clean(e.to_string()))))?;
+        let mut matcher = built.map_err(|e| spec.compile_error(clean(e.to_string())))?;
         if let Some(e) = matcher.get_error() {
-            return Err(spec.compile_error(in_api_terms(clean(e))));
+            return Err(spec.compile_error(clean(e)));
         }
         let mut warnings = unenforced;
         warnings.extend(matcher.grammar_warnings());
@@ -246,17 +246,6 @@ impl StructuredBackend {
         };
         Ok(Constraint::new(matcher, self.inner.vocab_size, self.inner.eos_token_ids.clone()).with_check(check))
     }
-}
-
-/// llguidance's refusal of `oneOf` under strict names its own option, which no client of this
-/// API can set; what a client does to get the same approximation is to leave strict out.
-const LLGUIDANCE_ONE_OF_HINT: &str = "Enable 'coerce_one_of' option to approximate oneOf with anyOf";
-const ONE_OF_UNDER_STRICT: &str = "strict refuses `oneOf`, since an answer may match more than one of its branches; \
-     without strict (`json_schema.strict` or the tool's `strict` not true, `run` without `--strict`) it is decoded as \
-     `anyOf` and the answer checked against the whole schema after";
-
-fn in_api_terms(msg: String) -> String {
-    msg.replace(LLGUIDANCE_ONE_OF_HINT, ONE_OF_UNDER_STRICT)
 }
 
 // Shared by the request-admission path (compile) and the engine loop.

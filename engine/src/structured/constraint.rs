@@ -247,12 +247,18 @@ impl Constraint {
     }
 }
 
-/// llguidance's runtime errors end with a `<non-verbose/>` marker (verbose errors are off).
+/// llguidance's refusal of `oneOf` under strict names its own option, which no client of this
+/// API can set; what a client does to get the same approximation is to leave strict out.
+const LLGUIDANCE_ONE_OF_HINT: &str = "Enable 'coerce_one_of' option to approximate oneOf with anyOf";
+const ONE_OF_UNDER_STRICT: &str = "strict refuses `oneOf`, since an answer may match more than one of its branches; \
+     without strict (`json_schema.strict` or the tool's `strict` not true, `run` without `--strict`) it is decoded as \
+     `anyOf` and the answer checked against the whole schema after";
+
+/// An llguidance message in this API's terms: without the `<non-verbose/>` marker its errors
+/// end with (verbose errors are off), and with its option hints replaced by what a client does.
 pub(super) fn clean(msg: String) -> String {
-    match msg.strip_suffix("<non-verbose/>") {
-        Some(m) => m.trim_end().to_string(),
-        None => msg,
-    }
+    let msg = msg.strip_suffix("<non-verbose/>").map_or(msg.as_str(), str::trim_end);
+    msg.replace(LLGUIDANCE_ONE_OF_HINT, ONE_OF_UNDER_STRICT)
 }
 
 // The engine loop moves constraints between threads.
