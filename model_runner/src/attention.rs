@@ -72,15 +72,15 @@ pub fn paged_attention_with(
     collect_metrics: bool,
 ) -> Result<(Vec<f32>, Vec<Option<AttnMetrics>>)> {
     Ok(match (step, cache) {
-        (LayerKv::F32(s), LayerKv::F32(c)) => {
-            attend_all(shape, q, spans, collect_metrics, |task| attend_row(shape, (&s.k, &s.v), (&c.k, &c.v), task))
-        }
-        (LayerKv::F16(s), LayerKv::F16(c)) => {
-            attend_all(shape, q, spans, collect_metrics, |task| attention_f16::attend_row(kv_kernel, shape, s, c, task))
-        }
-        (LayerKv::Q8(s), LayerKv::Q8(c)) => {
-            attend_all(shape, q, spans, collect_metrics, |task| attention_q8::attend_row(kv_kernel, shape, s, c, task))
-        }
+        (LayerKv::F32(s), LayerKv::F32(c)) => attend_all(shape, q, spans, collect_metrics, |tasks| {
+            tasks.into_iter().map(|task| attend_row(shape, (&s.k, &s.v), (&c.k, &c.v), task)).collect()
+        }),
+        (LayerKv::F16(s), LayerKv::F16(c)) => attend_all(shape, q, spans, collect_metrics, |tasks| {
+            attention_f16::attend_rows(kv_kernel, shape, s, c, tasks)
+        }),
+        (LayerKv::Q8(s), LayerKv::Q8(c)) => attend_all(shape, q, spans, collect_metrics, |tasks| {
+            attention_q8::attend_rows(kv_kernel, shape, s, c, tasks)
+        }),
         (s, c) => {
             return Err(ModelError::KvCache(format!("{:?} step rows against a {:?} cache", s.dtype(), c.dtype())))
         }
@@ -101,14 +101,16 @@ pub(crate) struct RowTask<'a> {
     pub want_metrics: bool,
 }
 
-/// Splits the step into `RowTask`s over the pool and runs `attend` on each (the kernel of the
-/// cache's dtype).
+/// Splits the step into tasks over the pool and runs `attend` on each (the kernel of the
+/// cache's dtype): a task is one row's heads, or, when every row is a task of all its heads,
+/// up to `TILE_ROWS` consecutive rows of one sequence, which read the same keys (a prompt
+/// chunk's rows: the kernels share each tile of keys between them).
 fn attend_all(
     shape: AttentionShape,
     q: &[f32],
     spans: &[SeqSpan],
     collect_metrics: bool,
-    attend: impl Fn(RowTask<'_>) -> Option<AttnMetrics> + Sync,
+    attend: impl Fn(Vec<RowTask<'_>>) -> Vec<Option<AttnMetrics>> + Sync,
 ) -> (Vec<f32>, Vec<Option<AttnMetrics>>) {
     let q_row_len = shape.num_heads * shape.head_dim;
     let rows = q.len() / q_row_len;
@@ -120,24 +122,33 @@ fn attend_all(
         let span = &spans[row_span[row]];
         collect_metrics && span.want_attn_metrics && row + 1 == span.query_start + span.query_len
     };
-    let heads_per_task = match rayon::current_num_threads().div_ceil(rows.max(1)) {
+    let threads = rayon::current_num_threads();
+    let heads_per_task = match threads.div_ceil(rows.max(1)) {
         0 | 1 => shape.num_heads,
         runs => shape.num_heads.div_ceil(runs.min(shape.num_heads)),
     };
-    // (row, first head, last head + 1); a row whose metrics are wanted stays whole, since
+    // Tiles only as long as every thread still gets a few of them.
+    let tile_rows = if heads_per_task == shape.num_heads { (rows / (4 * threads)).clamp(1, TILE_ROWS) } else { 1 };
+    // (rows, first head, last head + 1); a row whose metrics are wanted stays whole, since
     // they read every head's scores.
-    let tasks: Vec<(usize, usize, usize)> = (0..rows)
-        .flat_map(|row| {
-            let per_task = if wants_metrics(row) { shape.num_heads } else { heads_per_task };
-            (0..shape.num_heads).step_by(per_task).map(move |h| (row, h, (h + per_task).min(shape.num_heads)))
-        })
-        .collect();
+    let mut tasks: Vec<(Range<usize>, usize, usize)> = Vec::with_capacity(rows);
+    for row in 0..rows {
+        match tasks.last_mut() {
+            Some((tile, _, _)) if tile.len() < tile_rows && row_span[tile.start] == row_span[row] => tile.end += 1,
+            _ => {
+                let per_task = if wants_metrics(row) { shape.num_heads } else { heads_per_task };
+                for h in (0..shape.num_heads).step_by(per_task) {
+                    tasks.push((row..row + 1, h, (h + per_task).min(shape.num_heads)));
+                }
+            }
+        }
+    }
     let mut out = vec![0f32; rows * q_row_len];
     let mut rest = out.as_mut_slice();
     let outs: Vec<&mut [f32]> = tasks
         .iter()
-        .map(|&(_, h0, h1)| {
-            let (task_out, tail) = std::mem::take(&mut rest).split_at_mut((h1 - h0) * shape.head_dim);
+        .map(|(tile, h0, h1)| {
+            let (task_out, tail) = std::mem::take(&mut rest).split_at_mut(tile.len() * (h1 - h0) * shape.head_dim);
             rest = tail;
             task_out
         })
@@ -145,16 +156,21 @@ fn attend_all(
     let metrics: Vec<(usize, AttnMetrics)> = tasks
         .par_iter()
         .zip(outs)
-        .filter_map(|(&(row, h0, h1), out_heads)| {
-            let task = RowTask {
-                q_row: &q[row * q_row_len..(row + 1) * q_row_len],
-                span: &spans[row_span[row]],
-                row,
-                heads: h0..h1,
-                out_heads,
-                want_metrics: wants_metrics(row),
-            };
-            attend(task).map(|m| (row_span[row], m))
+        .flat_map_iter(|((tile, h0, h1), out)| {
+            let row_tasks = tile
+                .clone()
+                .zip(out.chunks_mut((h1 - h0) * shape.head_dim))
+                .map(|(row, out_heads)| RowTask {
+                    q_row: &q[row * q_row_len..(row + 1) * q_row_len],
+                    span: &spans[row_span[row]],
+                    row,
+                    heads: *h0..*h1,
+                    out_heads,
+                    want_metrics: wants_metrics(row),
+                })
+                .collect();
+            let span = row_span[tile.start];
+            attend(row_tasks).into_iter().flatten().map(move |m| (span, m))
         })
         .collect();
     let mut per_span = vec![None; spans.len()];
@@ -163,6 +179,10 @@ fn attend_all(
     }
     (out, per_span)
 }
+
+/// Most rows of one sequence a task takes: enough that a tile of keys read from memory serves
+/// several rows, few enough that a task's scores (rows x heads x keys) stay near the core.
+const TILE_ROWS: usize = 8;
 
 /// One task over an f32 cache.
 fn attend_row(shape: AttentionShape, step: KvPair<'_>, cache: KvPair<'_>, task: RowTask<'_>) -> Option<AttnMetrics> {

@@ -15,47 +15,62 @@ use std::ops::Range;
 use crate::attention::{AttentionShape, RowTask};
 use crate::attention_f16_simd as simd;
 use crate::attention_kernel::KvKernel;
-use crate::attention_runs::{key_runs, score_then_sum, Geometry, KeyRun};
+use crate::attention_runs::{key_runs, score_then_sum, Geometry, KeyRun, RowPass};
 use crate::kv_f16::F16Slots;
 use crate::metrics::AttnMetrics;
 
-/// One task of `attention::attend_all` over the f16 cache, as `attention::attend_row` does for
-/// the f32 cache (the same keys, the same metrics). `kernel` picks the instructions: scalar, 256-
-/// or 512-bit registers (the 8-bit cache's detection decides for both caches).
-pub(crate) fn attend_row(
+/// The rows of one task of `attention::attend_all` over the f16 cache, as
+/// `attention::attend_row` does for the f32 cache (the same keys, the same metrics), each row's
+/// metrics in order. `kernel` picks the instructions: scalar, 256- or 512-bit registers (the
+/// 8-bit cache's detection decides for both caches).
+pub(crate) fn attend_rows(
     kernel: KvKernel,
     shape: AttentionShape,
     step: &F16Slots,
     cache: &F16Slots,
-    task: RowTask<'_>,
-) -> Option<AttnMetrics> {
-    let runs = key_runs(&shape, &task, step, cache);
-    let RowTask { q_row, span, row, heads, out_heads, want_metrics } = task;
+    tasks: Vec<RowTask<'_>>,
+) -> Vec<Option<AttnMetrics>> {
     let AttentionShape { num_heads, num_kv_heads, head_dim, scale, .. } = shape;
-    let num_keys = shape.attended_keys(span, row - span.query_start).len();
-    let geometry =
-        Geometry { h0: heads.start, heads_per_kv: num_heads / num_kv_heads, head_dim, group: head_dim, num_keys };
-    let q = &q_row[heads.start * head_dim..heads.end * head_dim];
     let vectorized = kernel != KvKernel::Scalar && head_dim.is_multiple_of(32) && kernel.supported();
-    let metrics = (want_metrics && heads.len() == num_heads).then_some((num_heads, span.attn_pad_to));
-    let score = |run: &KeyRun<'_, _>, scores: &mut [f32]| {
-        if vectorized {
-            // SAFETY: `supported()` checked; the run's slots and the heads are inside their
-            // buffers and `head_dim` is a multiple of 32 (`score_run`'s contract).
-            unsafe { simd::score_run(kernel, &geometry, q, heads.clone(), scale, run, scores) };
-        } else {
-            score_run(&geometry, q, heads.clone(), scale, run, scores);
+    let rows = tasks.into_iter().map(|task| {
+        let runs = key_runs(&shape, &task, step, cache);
+        let RowTask { q_row, span, row, heads, out_heads, want_metrics } = task;
+        let keys = shape.attended_keys(span, row - span.query_start);
+        let geometry = Geometry {
+            h0: heads.start,
+            heads_per_kv: num_heads / num_kv_heads,
+            head_dim,
+            group: head_dim,
+            num_keys: keys.len(),
+        };
+        let q = &q_row[heads.start * head_dim..heads.end * head_dim];
+        let score_heads = heads.clone();
+        RowPass {
+            runs,
+            first_key: keys.start,
+            num_rows: heads.len(),
+            num_keys: keys.len(),
+            metrics: (want_metrics && heads.len() == num_heads).then_some((num_heads, span.attn_pad_to)),
+            score: move |run: &KeyRun<'_, F16Slots>, scores: &mut [f32]| {
+                if vectorized {
+                    // SAFETY: `supported()` checked; the run's slots and the heads are inside
+                    // their buffers and `head_dim` is a multiple of 32 (`score_run`'s contract).
+                    unsafe { simd::score_run(kernel, &geometry, q, score_heads.clone(), scale, run, scores) };
+                } else {
+                    score_run(&geometry, q, score_heads.clone(), scale, run, scores);
+                }
+            },
+            sum_values: move |run: &KeyRun<'_, F16Slots>, probs: &[f32]| {
+                if vectorized {
+                    // SAFETY: as above (`value_run`'s contract).
+                    unsafe { simd::value_run(kernel, &geometry, probs, heads.clone(), run, out_heads) };
+                } else {
+                    value_run(&geometry, probs, heads.clone(), run, out_heads);
+                }
+            },
         }
-    };
-    let sum_values = |run: &KeyRun<'_, _>, probs: &[f32]| {
-        if vectorized {
-            // SAFETY: as above (`value_run`'s contract).
-            unsafe { simd::value_run(kernel, &geometry, probs, heads.clone(), run, out_heads) };
-        } else {
-            value_run(&geometry, probs, heads.clone(), run, out_heads);
-        }
-    };
-    score_then_sum(&runs, heads.len(), num_keys, metrics, score, sum_values)
+    });
+    score_then_sum(rows.collect())
 }
 
 /// The scores of a run's keys for `heads`, one key at a time.

@@ -1,7 +1,7 @@
 //! x86 paths of `attention_f16`, over runs of keys in `F16Slots`' interleaved layout: a chunk's
 //! value `d` of 16 keys is one F16C conversion (two of 8 on the 256-bit path), multiplied by
-//! query value `d` of up to three heads of the KV head (512-bit; one on the 256-bit path) into
-//! each head's chain `d % 8`; the value sum widens a key's value row once for up to eight heads
+//! query value `d` of every head of the KV head (up to eight, 512-bit; one on the 256-bit path)
+//! into each head's chain `d % 8`; the value sum widens a key's value row once for up to eight heads
 //! (512-bit) or one (256-bit). The number of heads is a const parameter, so every accumulator
 //! stays in a register.
 
@@ -102,15 +102,69 @@ mod imp {
     ) {
         for kv_head in heads.start / g.heads_per_kv..heads.end.div_ceil(g.heads_per_kv) {
             let kv_heads = heads_of(kv_head, &heads, g.heads_per_kv);
-            for first in kv_heads.clone().step_by(3) {
-                let sub = first..(first + 3).min(kv_heads.end);
-                by_heads!(sub.len(), score_zmm, [], (g, q, kv_head, sub.start, scale, run, scores));
+            if kv_heads.len() > 3 {
+                for first in kv_heads.clone().step_by(8) {
+                    let sub = first..(first + 8).min(kv_heads.end);
+                    by_heads!(sub.len(), score_zmm_by_pairs, [], (g, q, kv_head, sub.start, scale, run, scores));
+                }
+            } else {
+                by_heads!(kv_heads.len(), score_zmm, [], (g, q, kv_head, kv_heads.start, scale, run, scores));
+            }
+        }
+    }
+
+    /// Scores of heads `h1..h1 + HS` (4 to 8, all reading `kv_head`) over the run, the chains
+    /// two at a time: chains 0 and 1 over all the head's values, added; then 2 and 3, added to
+    /// that; and so on, which is the tree of the eight chains' sum, so each head needs four
+    /// accumulators instead of eight and every head of the KV head shares a key's conversion.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f")]
+    unsafe fn score_zmm_by_pairs<const HS: usize>(
+        g: &Geometry,
+        q: &[f32],
+        kv_head: usize,
+        h1: usize,
+        scale: f32,
+        run: &KeyRun<'_, F16Slots>,
+        scores: &mut [f32],
+    ) {
+        let src = run.src;
+        let q_of = |n: usize| q.as_ptr().add((h1 + n - g.h0) * g.head_dim);
+        for (base, lanes) in chunks(run) {
+            let kp = src.k.as_ptr().add(src.k_at(base, kv_head, 0)) as *const __m256i;
+            // `first`: chains 0 + 1 (then 4 + 5); `half`: ((0 + 1) + (2 + 3)).
+            let mut first = [_mm512_setzero_ps(); HS];
+            let mut half = [_mm512_setzero_ps(); HS];
+            let mut sum = [_mm512_setzero_ps(); HS];
+            for pair in 0..CHAINS / 2 {
+                let (la, lb) = (2 * pair, 2 * pair + 1);
+                let mut a = [_mm512_setzero_ps(); HS];
+                let mut b = [_mm512_setzero_ps(); HS];
+                for d in (0..g.head_dim).step_by(CHAINS) {
+                    let ka = _mm512_cvtph_ps(_mm256_loadu_si256(kp.add(d + la)));
+                    let kb = _mm512_cvtph_ps(_mm256_loadu_si256(kp.add(d + lb)));
+                    for n in 0..HS {
+                        a[n] = _mm512_fmadd_ps(_mm512_set1_ps(*q_of(n).add(d + la)), ka, a[n]);
+                        b[n] = _mm512_fmadd_ps(_mm512_set1_ps(*q_of(n).add(d + lb)), kb, b[n]);
+                    }
+                }
+                for n in 0..HS {
+                    let ab = _mm512_add_ps(a[n], b[n]);
+                    match pair {
+                        0 | 2 => first[n] = ab,
+                        1 => half[n] = _mm512_add_ps(first[n], ab),
+                        _ => sum[n] = _mm512_add_ps(half[n], _mm512_add_ps(first[n], ab)),
+                    }
+                }
+            }
+            for (n, &s) in sum.iter().enumerate() {
+                put_scores(g, h1 + n, run, base, &lanes, _mm512_mul_ps(s, _mm512_set1_ps(scale)), scores);
             }
         }
     }
 
     /// Scores of heads `h1..h1 + HS` (at most 3, all reading `kv_head`) over the run: eight
-    /// chains a head, 24 accumulators.
+    /// chains a head, 24 accumulators, all in flight at once (fewer heads than `score_zmm_by_pairs`
+    /// needs to keep the fma units busy).
     #[target_feature(enable = "avx2,fma,f16c,avx512f")]
     unsafe fn score_zmm<const HS: usize>(
         g: &Geometry,
@@ -135,16 +189,31 @@ mod imp {
                 }
             }
             for (n, s) in s.iter().enumerate() {
-                let row = &mut scores[(h1 + n - g.h0) * g.num_keys..][..g.num_keys];
-                let at = lane0(row.as_ptr(), run, base) as *mut f32;
                 let sum = _mm512_add_ps(
                     _mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])),
                     _mm512_add_ps(_mm512_add_ps(s[4], s[5]), _mm512_add_ps(s[6], s[7])),
                 );
-                // Masked: only the run's lanes, all inside `row`, are written.
-                _mm512_mask_storeu_ps(at, lane_mask(&lanes), _mm512_mul_ps(sum, _mm512_set1_ps(scale)));
+                put_scores(g, h1 + n, run, base, &lanes, _mm512_mul_ps(sum, _mm512_set1_ps(scale)), scores);
             }
         }
+    }
+
+    /// Head `h`'s scores of the run's lanes `lanes` of the chunk at `base`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn put_scores(
+        g: &Geometry,
+        h: usize,
+        run: &KeyRun<'_, F16Slots>,
+        base: usize,
+        lanes: &Range<usize>,
+        values: __m512,
+        scores: &mut [f32],
+    ) {
+        let row = &mut scores[(h - g.h0) * g.num_keys..][..g.num_keys];
+        let at = lane0(row.as_ptr(), run, base) as *mut f32;
+        // SAFETY: masked: only the run's lanes, all inside `row`, are written.
+        unsafe { _mm512_mask_storeu_ps(at, lane_mask(lanes), values) };
     }
 
     /// # Safety

@@ -22,7 +22,7 @@
 use crate::attention::{AttentionShape, RowTask};
 use crate::attention_kernel::KvKernel;
 use crate::attention_q8_simd as simd;
-use crate::attention_runs::{key_runs, score_then_sum, Geometry, KeyRun};
+use crate::attention_runs::{key_runs, score_then_sum, Geometry, KeyRun, RowPass};
 use crate::kv_q8::{quantize_groups, Q8Slots, Q8_GROUP};
 use crate::metrics::AttnMetrics;
 
@@ -56,42 +56,54 @@ impl Query {
     }
 }
 
-/// One task of `attention::attend_all` over the 8-bit cache, as `attention::attend_row` does
-/// for f32 and f16 caches (the same keys, the same metrics), with kernel `kernel`.
-pub(crate) fn attend_row(
+/// The rows of one task of `attention::attend_all` over the 8-bit cache, as
+/// `attention::attend_row` does for f32 and f16 caches (the same keys, the same metrics), with
+/// kernel `kernel`; each row's metrics in order.
+pub(crate) fn attend_rows(
     kernel: KvKernel,
     shape: AttentionShape,
     step: &Q8Slots,
     cache: &Q8Slots,
-    task: RowTask<'_>,
-) -> Option<AttnMetrics> {
-    let runs = key_runs(&shape, &task, step, cache);
-    let RowTask { q_row, span, row, heads, out_heads, want_metrics } = task;
+    tasks: Vec<RowTask<'_>>,
+) -> Vec<Option<AttnMetrics>> {
     let AttentionShape { num_heads, num_kv_heads, head_dim, scale, .. } = shape;
-    let num_keys = shape.attended_keys(span, row - span.query_start).len();
     let group = cache.group;
-    let geometry = Geometry { h0: heads.start, heads_per_kv: num_heads / num_kv_heads, head_dim, group, num_keys };
-    let query = Query::new(&q_row[heads.start * head_dim..heads.end * head_dim], &geometry, step.key_offset.as_deref());
     let vectorized = kernel != KvKernel::Scalar && group == Q8_GROUP && kernel.supported();
-    let metrics = (want_metrics && heads.len() == num_heads).then_some((num_heads, span.attn_pad_to));
-    let score = |run: &KeyRun<'_, _>, scores: &mut [f32]| {
-        if vectorized {
-            // SAFETY: `supported()` checked; the run's slots and the heads are inside their
-            // buffers and groups are 32 values (`score_run`'s contract).
-            unsafe { simd::score_run(kernel, &geometry, &query, heads.clone(), scale, run, scores) };
-        } else {
-            score_run(&geometry, &query, heads.clone(), scale, run, scores);
+    let rows = tasks.into_iter().map(|task| {
+        let runs = key_runs(&shape, &task, step, cache);
+        let RowTask { q_row, span, row, heads, out_heads, want_metrics } = task;
+        let keys = shape.attended_keys(span, row - span.query_start);
+        let geometry =
+            Geometry { h0: heads.start, heads_per_kv: num_heads / num_kv_heads, head_dim, group, num_keys: keys.len() };
+        let query =
+            Query::new(&q_row[heads.start * head_dim..heads.end * head_dim], &geometry, step.key_offset.as_deref());
+        let score_heads = heads.clone();
+        RowPass {
+            runs,
+            first_key: keys.start,
+            num_rows: heads.len(),
+            num_keys: keys.len(),
+            metrics: (want_metrics && heads.len() == num_heads).then_some((num_heads, span.attn_pad_to)),
+            score: move |run: &KeyRun<'_, Q8Slots>, scores: &mut [f32]| {
+                if vectorized {
+                    // SAFETY: `supported()` checked; the run's slots and the heads are inside
+                    // their buffers and groups are 32 values (`score_run`'s contract).
+                    unsafe { simd::score_run(kernel, &geometry, &query, score_heads.clone(), scale, run, scores) };
+                } else {
+                    score_run(&geometry, &query, score_heads.clone(), scale, run, scores);
+                }
+            },
+            sum_values: move |run: &KeyRun<'_, Q8Slots>, probs: &[f32]| {
+                if vectorized {
+                    // SAFETY: as above (`value_run`'s contract).
+                    unsafe { simd::value_run(kernel, &geometry, probs, heads.clone(), run, out_heads) };
+                } else {
+                    value_run(&geometry, probs, heads.clone(), run, out_heads);
+                }
+            },
         }
-    };
-    let sum_values = |run: &KeyRun<'_, _>, probs: &[f32]| {
-        if vectorized {
-            // SAFETY: as above (`value_run`'s contract).
-            unsafe { simd::value_run(kernel, &geometry, probs, heads.clone(), run, out_heads) };
-        } else {
-            value_run(&geometry, probs, heads.clone(), run, out_heads);
-        }
-    };
-    score_then_sum(&runs, heads.len(), num_keys, metrics, score, sum_values)
+    });
+    score_then_sum(rows.collect())
 }
 
 /// The scores of a run's keys for `heads`, one key at a time.

@@ -6,7 +6,7 @@ use std::ops::Range;
 use crate::attention::{AttentionShape, RowTask};
 use crate::kv_layout::SLOT_CHUNK;
 use crate::metrics::{attention_metrics_padded, AttnMetrics};
-use crate::softmax::softmax_rows;
+use crate::softmax::softmax_rows_in_lanes;
 
 /// Keys `key..key + len` of a row's attended keys (counted from the first attended one), held
 /// in consecutive slots `slot..slot + len` of `src`.
@@ -88,44 +88,113 @@ pub(crate) fn lane0<S>(row: *const f32, run: &KeyRun<'_, S>, base: usize) -> *co
     row.wrapping_add(run.key + base).wrapping_sub(run.slot)
 }
 
-/// The order every interleaved-cache kernel follows for a task: score each run into the
-/// task's rows of `num_keys` scores (`scores[(h - h0) * num_keys + j]`), take the attention
-/// metrics when `metrics` gives the head count and padding, softmax, then add each run's values.
+/// One query row of a task (`RowTask`) for `score_then_sum`: where its keys lie, and the
+/// kernel calls that score a run of them and add a run's values.
+pub(crate) struct RowPass<'a, S, Score, Sum> {
+    pub runs: Vec<KeyRun<'a, S>>,
+    /// The position of the row's first attended key (0 without a window): runs are cut into
+    /// tiles of `TILE_KEYS` by position, so every row of a tile reads the same tile of keys.
+    pub first_key: usize,
+    /// Rows of scores (the task's heads) and their length.
+    pub num_rows: usize,
+    pub num_keys: usize,
+    /// The head count and padding of the attention metrics, when the row takes them.
+    pub metrics: Option<(usize, Option<usize>)>,
+    /// Scores a run's keys into the row's scores (`scores[(h - h0) * num_keys + j]`).
+    pub score: Score,
+    /// Adds a run's values, weighted by the row's probabilities.
+    pub sum_values: Sum,
+}
+
+/// The order every interleaved-cache kernel follows for a task's rows: score each row's runs,
+/// take the attention metrics where a row asks for them, softmax, then add each run's values.
+///
+/// The rows of a task (query rows of one sequence's prompt chunk) read the same keys. Each
+/// pass goes through the keys a tile of `TILE_KEYS` at a time, every row over the tile before
+/// the next tile, so the tile's keys and values come from memory once for all the rows and
+/// from the core's caches for the rest; a row's operations and their order are those of the
+/// row alone (a key's score is its own; the value sum is still one fma per key in key order,
+/// carried in the output between runs), so the bits do not depend on the rows beside it.
 ///
 /// Runs of a shuffled block table are scattered pages, which the hardware prefetchers do not
-/// follow: each pass asks for the memory of the run `PREFETCH_RUNS` ahead while it works on
-/// this one (its start: see `PREFETCH_SLOTS`), and the score pass's last runs ask for the
-/// first runs' values.
-pub(crate) fn score_then_sum<S: PagedRows>(
-    runs: &[KeyRun<'_, S>],
-    num_rows: usize,
-    num_keys: usize,
-    metrics: Option<(usize, Option<usize>)>,
-    mut score: impl FnMut(&KeyRun<'_, S>, &mut [f32]),
-    mut sum_values: impl FnMut(&KeyRun<'_, S>, &[f32]),
-) -> Option<AttnMetrics> {
-    let mut scores = vec![0f32; num_rows * num_keys];
+/// follow: the first row's passes ask for the memory of the run `PREFETCH_RUNS` ahead while
+/// they work on this one (its start: see `PREFETCH_SLOTS`), and its score pass's last runs ask
+/// for the first runs' values.
+pub(crate) fn score_then_sum<S: PagedRows, Score, Sum>(
+    rows: Vec<RowPass<'_, S, Score, Sum>>,
+) -> Vec<Option<AttnMetrics>>
+where
+    Score: Fn(&KeyRun<'_, S>, &mut [f32]),
+    Sum: FnMut(&KeyRun<'_, S>, &[f32]),
+{
+    let mut rows: Vec<_> =
+        rows.into_iter().map(|mut row| (tile_runs(std::mem::take(&mut row.runs), row.first_key), row)).collect();
+    let num_tiles = rows.iter().filter_map(|(runs, _)| runs.last()).map(|&(tile, _)| tile + 1).max().unwrap_or(0);
+    let mut scores: Vec<Vec<f32>> = rows.iter().map(|(_, row)| vec![0f32; row.num_rows * row.num_keys]).collect();
     let ahead = |i: usize| i + PREFETCH_RUNS;
-    for (i, run) in runs.iter().enumerate() {
-        match runs.get(ahead(i)) {
-            Some(next) => next.src.prefetch_keys(next.slot, next.len.min(PREFETCH_SLOTS)),
-            None => {
-                if let Some(first) = runs.get(ahead(i) - runs.len()) {
-                    first.src.prefetch_values(first.slot, first.len.min(PREFETCH_SLOTS));
+    let mut next = vec![0usize; rows.len()];
+    for tile in 0..num_tiles {
+        for (r, ((runs, row), scores)) in rows.iter().zip(&mut scores).enumerate() {
+            while let Some((_, run)) = runs.get(next[r]).filter(|(t, _)| *t == tile) {
+                if r == 0 {
+                    match runs.get(ahead(next[r])) {
+                        Some((_, far)) => far.src.prefetch_keys(far.slot, far.len.min(PREFETCH_SLOTS)),
+                        None => {
+                            if let Some((_, first)) = runs.get(ahead(next[r]) - runs.len()) {
+                                first.src.prefetch_values(first.slot, first.len.min(PREFETCH_SLOTS));
+                            }
+                        }
+                    }
                 }
+                (row.score)(run, scores);
+                next[r] += 1;
             }
         }
-        score(run, &mut scores);
     }
-    let metrics = metrics.map(|(num_heads, pad_to)| attention_metrics_padded(&scores, num_heads, num_keys, pad_to));
-    softmax_rows(&mut scores, num_keys);
-    for (i, run) in runs.iter().enumerate() {
-        if let Some(next) = runs.get(ahead(i)) {
-            next.src.prefetch_values(next.slot, next.len.min(PREFETCH_SLOTS));
+    let metrics = rows
+        .iter()
+        .zip(&mut scores)
+        .map(|((_, row), scores)| {
+            let metrics = row
+                .metrics
+                .map(|(num_heads, pad_to)| attention_metrics_padded(scores, num_heads, row.num_keys, pad_to));
+            softmax_rows_in_lanes(scores, row.num_keys);
+            metrics
+        })
+        .collect();
+    next.fill(0);
+    for tile in 0..num_tiles {
+        for (r, ((runs, row), scores)) in rows.iter_mut().zip(&scores).enumerate() {
+            while let Some((_, run)) = runs.get(next[r]).filter(|(t, _)| *t == tile) {
+                if let Some((_, far)) = runs.get(ahead(next[r])).filter(|_| r == 0) {
+                    far.src.prefetch_values(far.slot, far.len.min(PREFETCH_SLOTS));
+                }
+                (row.sum_values)(run, scores);
+                next[r] += 1;
+            }
         }
-        sum_values(run, &scores);
     }
     metrics
+}
+
+/// Keys a tile of `score_then_sum` holds: 512 keys of two to three KV heads' 64 values are
+/// 128-192 KiB of f16 keys, which stay in a core's L2 while the task's rows read them.
+const TILE_KEYS: usize = 512;
+
+/// `runs` cut where a tile of `TILE_KEYS` positions ends, each piece with its tile.
+fn tile_runs<S>(runs: Vec<KeyRun<'_, S>>, first_key: usize) -> Vec<(usize, KeyRun<'_, S>)> {
+    let mut pieces = Vec::with_capacity(runs.len() + 1);
+    for run in runs {
+        let mut done = 0;
+        while done < run.len {
+            let position = first_key + run.key + done;
+            let tile = position / TILE_KEYS;
+            let len = ((tile + 1) * TILE_KEYS - position).min(run.len - done);
+            pieces.push((tile, KeyRun { src: run.src, slot: run.slot + done, key: run.key + done, len }));
+            done += len;
+        }
+    }
+    pieces
 }
 
 /// Runs a pass asks the memory for ahead of the one it works on.

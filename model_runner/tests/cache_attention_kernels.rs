@@ -323,3 +323,60 @@ fn a_key_offset_keeps_the_precision_a_large_constant_channel_would_take() {
         }
     }
 }
+
+/// A prompt chunk's rows read their keys in tiles shared by several rows when the pool has few
+/// threads, and one row a task when it has many: the bits are the same either way, tiles of
+/// keys crossed or not, with or without a window, and the result is dense attention over the
+/// stored values.
+#[test]
+fn a_chunks_rows_give_the_same_bits_in_tiles_as_alone() {
+    let blocks = 48;
+    // A fixed shuffle of the pool, as a server's block tables are after some churn.
+    let table: Vec<u32> = (0..blocks).map(|b| (b * 29 % blocks) as u32).collect();
+    let slots = blocks * SHAPE.block_size;
+    let (rows, context) = (70, 600);
+    let spans = vec![SeqSpan {
+        query_start: 0,
+        query_len: rows,
+        context_len: context,
+        block_tables: vec![table],
+        want_attn_metrics: true,
+        attn_pad_to: None,
+    }];
+    let inputs = Inputs {
+        q: values(rows * Q_ROW, 5, Q_ROW),
+        cache: (values(slots * KV_ROW, 1, KV_ROW), values(slots * KV_ROW, 2, KV_ROW)),
+        step: (values(rows * KV_ROW, 3, KV_ROW), values(rows * KV_ROW, 4, KV_ROW)),
+    };
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for dtype in [KvDtype::Q8, KvDtype::F16] {
+        let layer = |(k, v): &(Vec<f32>, Vec<f32>)| {
+            LayerKv::from_rows(dtype, SHAPE.head_dim, KV_ROW, k.clone(), v.clone(), None)
+        };
+        let (step, cache) = (layer(&inputs.step), layer(&inputs.cache));
+        for window in [None, Some(300)] {
+            let shape = AttentionShape { window, ..SHAPE };
+            for kernel in [KvKernel::Scalar, KvKernel::detect()] {
+                let run = |threads| {
+                    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                    pool.install(|| paged_attention_with(kernel, shape, &inputs.q, &step, &cache, &spans, true))
+                        .unwrap()
+                };
+                // 1 thread: tiles of 8 rows; 64 threads: a row a task.
+                let ((tiled, tiled_metrics), (alone, alone_metrics)) = (run(1), run(64));
+                let at = format!("{dtype:?}, {kernel:?}, window {window:?}");
+                assert_eq!(bits(&tiled), bits(&alone), "{at}");
+                assert_eq!(tiled_metrics, alone_metrics, "{at}");
+                if dtype == KvDtype::Q8 && window.is_none() {
+                    let stored = Inputs {
+                        q: round_trip(&inputs.q, false),
+                        cache: (round_trip(&inputs.cache.0, true), round_trip(&inputs.cache.1, true)),
+                        step: (round_trip(&inputs.step.0, true), round_trip(&inputs.step.1, true)),
+                    };
+                    let error = max_error(&tiled, &dense(&stored, &spans[0]));
+                    assert!(error < 1e-4, "{at}: largest error {error}");
+                }
+            }
+        }
+    }
+}
