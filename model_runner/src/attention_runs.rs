@@ -6,7 +6,7 @@ use std::ops::Range;
 use crate::attention::{AttentionShape, RowTask};
 use crate::kv_layout::SLOT_CHUNK;
 use crate::metrics::{attention_metrics_padded, AttnMetrics};
-use crate::softmax::softmax_rows_in_lanes;
+use crate::softmax::softmax_rows;
 
 /// Keys `key..key + len` of a row's attended keys (counted from the first attended one), held
 /// in consecutive slots `slot..slot + len` of `src`.
@@ -158,7 +158,7 @@ where
             let metrics = row
                 .metrics
                 .map(|(num_heads, pad_to)| attention_metrics_padded(scores, num_heads, row.num_keys, pad_to));
-            softmax_rows_in_lanes(scores, row.num_keys);
+            softmax_rows(scores, row.num_keys);
             metrics
         })
         .collect();

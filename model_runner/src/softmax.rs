@@ -34,37 +34,6 @@ pub(crate) fn softmax_rows(rows: &mut [f32], row_len: usize) {
     }
 }
 
-/// `softmax_rows` for the f16 and 8-bit caches' kernels, which no outside reference fixes the
-/// order of: a row's sum is taken in 16 lanes (key `j` into lane `j % 16`, in key order), then
-/// the lanes halved into each other (lane `i` plus lane `i + 8`, then `+ 4`, `+ 2`, `+ 1`).
-/// Lane-wise adds give the same bits at any vector width, so every CPU computes the same sum,
-/// and a row's sum does not wait on one chain of scalar adds as long as the row.
-pub(crate) fn softmax_rows_in_lanes(rows: &mut [f32], row_len: usize) {
-    if row_len == 0 {
-        return;
-    }
-    for x in rows.chunks_exact_mut(row_len) {
-        exp_shifted(x, max_of(x));
-        let inv = 1.0 / lane_sum(x);
-        x.iter_mut().for_each(|v| *v *= inv);
-    }
-}
-
-/// The sum of `softmax_rows_in_lanes`.
-fn lane_sum(x: &[f32]) -> f32 {
-    let (chunks, tail) = x.as_chunks::<16>();
-    let mut lanes = chunks.iter().fold([0f32; 16], |acc, c| std::array::from_fn(|l| acc[l] + c[l]));
-    for (lane, v) in lanes.iter_mut().zip(tail) {
-        *lane += v;
-    }
-    for width in [8, 4, 2, 1] {
-        for i in 0..width {
-            lanes[i] += lanes[i + width];
-        }
-    }
-    lanes[0]
-}
-
 /// Rows whose sums `softmax_rows` takes together.
 const SIDE_BY_SIDE: usize = 8;
 
@@ -115,30 +84,6 @@ mod tests {
                 for v in &e {
                     sum += v;
                 }
-                let want: Vec<u32> = e.iter().map(|v| (v * (1.0 / sum)).to_bits()).collect();
-                let got: Vec<u32> = ours[r * row_len..(r + 1) * row_len].iter().map(|v| v.to_bits()).collect();
-                assert_eq!(got, want, "{rows} rows of {row_len}, row {r}");
-            }
-        }
-    }
-
-    /// The lane sum is the order its doc gives, written out as scalar adds.
-    #[test]
-    fn rows_in_lanes_sum_in_sixteen_lanes_then_halves() {
-        for (rows, row_len) in [(1, 1), (2, 15), (3, 16), (9, 37), (14, 130)] {
-            let x: Vec<f32> = (0..rows * row_len).map(|i| ((i * 7919) % 1013) as f32 * 0.013 - 6.0).collect();
-            let mut ours = x.clone();
-            softmax_rows_in_lanes(&mut ours, row_len);
-            for (r, row) in x.chunks(row_len).enumerate() {
-                let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let e: Vec<f32> = row.iter().map(|&v| exp_nonpositive(v - max)).collect();
-                let mut lanes = [0f32; 16];
-                for (j, v) in e.iter().enumerate() {
-                    lanes[j % 16] += v;
-                }
-                let halves: [f32; 8] = std::array::from_fn(|i| lanes[i] + lanes[i + 8]);
-                let quarters: [f32; 4] = std::array::from_fn(|i| halves[i] + halves[i + 4]);
-                let sum = (quarters[0] + quarters[2]) + (quarters[1] + quarters[3]);
                 let want: Vec<u32> = e.iter().map(|v| (v * (1.0 / sum)).to_bits()).collect();
                 let got: Vec<u32> = ours[r * row_len..(r + 1) * row_len].iter().map(|v| v.to_bits()).collect();
                 assert_eq!(got, want, "{rows} rows of {row_len}, row {r}");
