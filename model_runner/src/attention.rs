@@ -40,8 +40,10 @@ impl AttentionShape {
 /// `[rows, heads, head_dim]`. Keys before a span's `context_len` come from the cache through
 /// its block table; the span's own rows come from `step`, this step's K/V in the cache's value
 /// type (so a key reads the same whether or not it is already cached), so rows that are never
-/// persisted (slot -1) need no scratch slots. One rayon task per query row, or, when the step
-/// has fewer rows than the pool has threads, per run of a row's heads, one run per thread (a
+/// persisted (slot -1) need no scratch slots. One rayon task per query row (over the f16 and
+/// q8 caches, up to `TILE_ROWS` rows of one sequence's prompt chunk, which share each tile of
+/// keys: `attention_runs::score_then_sum`), or, when the step has fewer rows than the pool has
+/// threads, per run of a row's heads, one run per thread (a
 /// decode step of one sequence would otherwise leave every core but one idle; more runs read a
 /// KV head's keys from memory in more tasks, so one run per thread is fastest
 /// (docs/benchmarks/notebook.md, "2026-11-26 09:04-10:00 UTC")). Within a task, the query
