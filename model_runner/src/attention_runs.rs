@@ -18,7 +18,8 @@ pub(crate) struct KeyRun<'a, S> {
 }
 
 /// Where a row's attended keys lie: cached ones block by block through the block table (runs
-/// merged where pages follow each other), then the step's own rows.
+/// merged where pages follow each other), then the step's own rows. No run crosses a multiple
+/// of `TILE_KEYS` positions, so each lies in one tile of `score_then_sum`.
 pub(crate) fn key_runs<'a, S>(
     shape: &AttentionShape,
     task: &RowTask<'_>,
@@ -29,23 +30,32 @@ pub(crate) fn key_runs<'a, S>(
     let keys = shape.attended_keys(span, task.row - span.query_start);
     let (table, bs) = (&span.block_tables[shape.kv_group], shape.block_size);
     let cached_end = keys.end.min(span.context_len);
-    let mut runs: Vec<KeyRun<'a, S>> = Vec::with_capacity(cached_end.saturating_sub(keys.start) / bs + 2);
+    let mut runs: Vec<KeyRun<'a, S>> =
+        Vec::with_capacity(cached_end.saturating_sub(keys.start) / bs + keys.len() / TILE_KEYS + 2);
     let mut j = keys.start;
     while j < cached_end {
-        let end = ((j / bs + 1) * bs).min(cached_end);
+        let end = (j / bs + 1) * bs;
+        let end = end.min(cached_end).min(tile_end(j));
         let slot = table[j / bs] as usize * bs + j % bs;
         match runs.last_mut() {
-            Some(last) if last.slot + last.len == slot => last.len += end - j,
+            Some(last) if last.slot + last.len == slot && !j.is_multiple_of(TILE_KEYS) => last.len += end - j,
             _ => runs.push(KeyRun { src: cache, slot, key: j - keys.start, len: end - j }),
         }
         j = end;
     }
-    let j = keys.start.max(span.context_len);
-    if j < keys.end {
+    let mut j = keys.start.max(span.context_len);
+    while j < keys.end {
+        let end = keys.end.min(tile_end(j));
         let slot = span.query_start + j - span.context_len;
-        runs.push(KeyRun { src: step, slot, key: j - keys.start, len: keys.end - j });
+        runs.push(KeyRun { src: step, slot, key: j - keys.start, len: end - j });
+        j = end;
     }
     runs
+}
+
+/// The first position of the tile after the one that holds `position`.
+fn tile_end(position: usize) -> usize {
+    (position / TILE_KEYS + 1) * TILE_KEYS
 }
 
 /// The heads of `heads` that read KV head `kv_head`.
@@ -92,8 +102,8 @@ pub(crate) fn lane0<S>(row: *const f32, run: &KeyRun<'_, S>, base: usize) -> *co
 /// kernel calls that score a run of them and add a run's values.
 pub(crate) struct RowPass<'a, S, Score, Sum> {
     pub runs: Vec<KeyRun<'a, S>>,
-    /// The position of the row's first attended key (0 without a window): runs are cut into
-    /// tiles of `TILE_KEYS` by position, so every row of a tile reads the same tile of keys.
+    /// The position of the row's first attended key (0 without a window): a run's tile is that
+    /// of its position, so every row of a tile reads the same tile of keys.
     pub first_key: usize,
     /// Rows of scores (the task's heads) and their length.
     pub num_rows: usize,
@@ -127,20 +137,21 @@ where
     Score: Fn(&KeyRun<'_, S>, &mut [f32]),
     Sum: FnMut(&KeyRun<'_, S>, &[f32]),
 {
-    let mut rows: Vec<_> =
-        rows.into_iter().map(|mut row| (tile_runs(std::mem::take(&mut row.runs), row.first_key), row)).collect();
-    let num_tiles = rows.iter().filter_map(|(runs, _)| runs.last()).map(|&(tile, _)| tile + 1).max().unwrap_or(0);
+    let tile_of = |row: &RowPass<'_, S, Score, Sum>, run: &KeyRun<'_, S>| (row.first_key + run.key) / TILE_KEYS;
+    let mut rows: Vec<_> = rows.into_iter().map(|mut row| (std::mem::take(&mut row.runs), row)).collect();
+    let num_tiles =
+        rows.iter().filter_map(|(runs, row)| runs.last().map(|run| tile_of(row, run) + 1)).max().unwrap_or(0);
     let mut scores: Vec<Vec<f32>> = rows.iter().map(|(_, row)| vec![0f32; row.num_rows * row.num_keys]).collect();
     let ahead = |i: usize| i + PREFETCH_RUNS;
     let mut next = vec![0usize; rows.len()];
     for tile in 0..num_tiles {
         for (r, ((runs, row), scores)) in rows.iter().zip(&mut scores).enumerate() {
-            while let Some((_, run)) = runs.get(next[r]).filter(|(t, _)| *t == tile) {
+            while let Some(run) = runs.get(next[r]).filter(|run| tile_of(row, run) == tile) {
                 if r == 0 {
                     match runs.get(ahead(next[r])) {
-                        Some((_, far)) => far.src.prefetch_keys(far.slot, far.len.min(PREFETCH_SLOTS)),
+                        Some(far) => far.src.prefetch_keys(far.slot, far.len.min(PREFETCH_SLOTS)),
                         None => {
-                            if let Some((_, first)) = runs.get(ahead(next[r]) - runs.len()) {
+                            if let Some(first) = runs.get(ahead(next[r]) - runs.len()) {
                                 first.src.prefetch_values(first.slot, first.len.min(PREFETCH_SLOTS));
                             }
                         }
@@ -165,8 +176,8 @@ where
     next.fill(0);
     for tile in 0..num_tiles {
         for (r, ((runs, row), scores)) in rows.iter_mut().zip(&scores).enumerate() {
-            while let Some((_, run)) = runs.get(next[r]).filter(|(t, _)| *t == tile) {
-                if let Some((_, far)) = runs.get(ahead(next[r])).filter(|_| r == 0) {
+            while let Some(run) = runs.get(next[r]).filter(|run| tile_of(row, run) == tile) {
+                if let Some(far) = runs.get(ahead(next[r])).filter(|_| r == 0) {
                     far.src.prefetch_values(far.slot, far.len.min(PREFETCH_SLOTS));
                 }
                 (row.sum_values)(run, scores);
@@ -181,22 +192,6 @@ where
 /// 128-192 KiB of f16 keys, which stay in a core's L2 while the task's rows read them.
 const TILE_KEYS: usize = 512;
 
-/// `runs` cut where a tile of `TILE_KEYS` positions ends, each piece with its tile.
-fn tile_runs<S>(runs: Vec<KeyRun<'_, S>>, first_key: usize) -> Vec<(usize, KeyRun<'_, S>)> {
-    let mut pieces = Vec::with_capacity(runs.len() + 1);
-    for run in runs {
-        let mut done = 0;
-        while done < run.len {
-            let position = first_key + run.key + done;
-            let tile = position / TILE_KEYS;
-            let len = ((tile + 1) * TILE_KEYS - position).min(run.len - done);
-            pieces.push((tile, KeyRun { src: run.src, slot: run.slot + done, key: run.key + done, len }));
-            done += len;
-        }
-    }
-    pieces
-}
-
 /// Runs a pass asks the memory for ahead of the one it works on.
 const PREFETCH_RUNS: usize = 2;
 /// Slots of a run asked for ahead: pages that follow each other merge into one long run, which
@@ -209,7 +204,11 @@ pub(crate) trait PagedRows {
     fn prefetch_values(&self, slot: usize, len: usize);
 }
 
-/// Asks for the cache lines of `data[range]` (clamped to `data`) into every cache level.
+/// Asks for the cache lines of `data[range]` (clamped to `data`) into L2 and below, not L1: a
+/// run asked for two runs ahead is up to a few KiB, more lines than the core can have in flight
+/// to L1, and the kernel's own loads then find them in L2 at its latency. On Zen 4 the hint for
+/// L1 left attention over a shuffled cache waiting on memory (one layer at 64 x 2048, q8,
+/// about 1.5x slower).
 #[inline]
 pub(crate) fn prefetch<T>(data: &[T], range: Range<usize>) {
     #[cfg(target_arch = "x86_64")]
@@ -221,7 +220,7 @@ pub(crate) fn prefetch<T>(data: &[T], range: Range<usize>) {
         for offset in (0..bytes).step_by(64) {
             // SAFETY: prefetching is a hint that never faults, and `offset` stays inside the
             // slice anyway.
-            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(base.add(offset)) };
+            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(base.add(offset)) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
