@@ -1,12 +1,14 @@
 //! Random operation sequences on tiny pools and budgets, with a mix of decoding strategies
-//! played by a fake runner (common/fake_runner.rs); invariants checked after every operation
-//! and step, and at the end nothing lost: every request finished, was aborted or was
-//! rejected with a reason, and every block is free.
+//! played by a fake runner (common/fake_runner.rs) and latency targets or none; invariants
+//! checked after every operation and step, and at the end nothing lost: every request
+//! finished, was aborted or was rejected with a reason, and every block is free.
 
 mod common;
 
+use std::time::Duration;
+
 use common::fake_runner::{check_ownership, Driver, Kind};
-use entrobatch_scheduler::{Scheduler, SchedulerConfig};
+use entrobatch_scheduler::{LatencyTargets, Scheduler, SchedulerConfig};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -19,6 +21,8 @@ enum Op {
         shared: bool,
         salt: u32,
         kind: Kind,
+        /// The request's own TTFT target (an API client's), in ms.
+        ttft_target_ms: Option<u64>,
     },
     Schedule {
         stop_every: u32,
@@ -50,9 +54,15 @@ fn kind() -> impl Strategy<Value = Kind> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (0usize..24, 0usize..24, any::<bool>(), 0u32..4, kind()).prop_map(
-            |(prompt_len, max_tokens, shared, salt, kind)| Op::Add { prompt_len, max_tokens, shared, salt, kind }
-        ),
+        3 => (0usize..24, 0usize..24, any::<bool>(), 0u32..4, kind(), proptest::option::weighted(0.2, 5u64..300))
+            .prop_map(|(prompt_len, max_tokens, shared, salt, kind, ttft_target_ms)| Op::Add {
+                prompt_len,
+                max_tokens,
+                shared,
+                salt,
+                kind,
+                ttft_target_ms
+            }),
         6 => (4u32..40).prop_map(|stop_every| Op::Schedule { stop_every }),
         1 => any::<usize>().prop_map(|pick| Op::Abort { pick }),
         1 => (any::<usize>(), 0usize..4).prop_map(|(pick, rows)| Op::Scratch { pick, rows }),
@@ -71,31 +81,46 @@ fn scheduler_config() -> impl Strategy<Value = SchedulerConfig> {
     ];
     // Branch continuations get from a sliver of the rows to more than the others have.
     let branch_row_share = prop_oneof![Just(0.1), Just(0.5), Just(2.0)];
-    (4usize..=12, 1usize..=16, 1usize..=16, 1usize..=6, any::<bool>(), windows, branch_row_share).prop_map(
-        |(num_blocks, budget, prefill_cap, max_num_seqs, caching, kv_group_windows, branch_row_share)| {
-            SchedulerConfig {
-                max_num_batched_tokens: budget,
-                max_prefill_tokens_with_decodes: prefill_cap,
-                max_num_seqs,
-                block_size: 4,
-                num_blocks: num_blocks * kv_group_windows.len(),
-                max_model_len: 44,
+    // Latency targets, planned in time from the step cost the fake runner reports: tight ones
+    // leave a step room for a row or two beside the fixed part.
+    let ms = Duration::from_millis;
+    let latency_targets = prop_oneof![
+        2 => Just(LatencyTargets::default()),
+        1 => (3u64..60).prop_map(move |tpot| LatencyTargets { ttft: None, tpot: Some(ms(tpot)) }),
+        1 => (5u64..400).prop_map(move |ttft| LatencyTargets { ttft: Some(ms(ttft)), tpot: None }),
+        1 => (5u64..400, 3u64..60).prop_map(move |(ttft, tpot)| LatencyTargets { ttft: Some(ms(ttft)), tpot: Some(ms(tpot)) }),
+    ];
+    ((4usize..=12, 1usize..=16, 1usize..=16, 1usize..=6, any::<bool>()), windows, branch_row_share, latency_targets)
+        .prop_map(
+            |(
+                (num_blocks, budget, prefill_cap, max_num_seqs, caching),
                 kv_group_windows,
-                enable_prefix_caching: caching,
-                latency_targets: Default::default(),
                 branch_row_share,
-            }
-        },
-    )
+                latency_targets,
+            )| {
+                SchedulerConfig {
+                    max_num_batched_tokens: budget,
+                    max_prefill_tokens_with_decodes: prefill_cap,
+                    max_num_seqs,
+                    block_size: 4,
+                    num_blocks: num_blocks * kv_group_windows.len(),
+                    max_model_len: 44,
+                    kv_group_windows,
+                    enable_prefix_caching: caching,
+                    latency_targets,
+                    branch_row_share,
+                }
+            },
+        )
 }
 
 fn apply(d: &mut Driver, op: &Op) {
     match *op {
-        Op::Add { prompt_len, max_tokens, shared, salt, kind } => {
+        Op::Add { prompt_len, max_tokens, shared, salt, kind, ttft_target_ms } => {
             let id = d.next_id as u32;
             let prompt =
                 (0..prompt_len as u32).map(|i| if shared { (i / 5 + salt) % 2 } else { id * 100 + i }).collect();
-            d.add(prompt, max_tokens, kind);
+            d.add(prompt, max_tokens, kind, ttft_target_ms.map(Duration::from_millis));
         }
         Op::Schedule { stop_every } => {
             d.step(stop_every);
@@ -132,7 +157,7 @@ proptest! {
         config in scheduler_config(),
         ops in proptest::collection::vec(op(), 200),
     ) {
-        let mut d = Driver::new(Scheduler::new(config).unwrap());
+        let mut d = Driver::new(Scheduler::new(config).unwrap()).timed();
         for op in &ops {
             apply(&mut d, op);
         }

@@ -3,9 +3,10 @@
 //! records how every request ended so a test can check that none was lost.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use entrobatch_scheduler::{
-    BlockId, DraftOdds, FinishReason, NewSequence, ScheduledSequence, Scheduler, SeqId, NULL_BLOCK,
+    BlockId, DraftOdds, FinishReason, NewSequence, ScheduledSequence, Scheduler, SchedulerOutput, SeqId, NULL_BLOCK,
 };
 
 use super::check_output;
@@ -50,11 +51,36 @@ pub struct Driver {
     /// Branch children still live, and the parent each forked from.
     pub parents: HashMap<SeqId, SeqId>,
     tick: u32,
+    /// Whether each step reports a duration (`step_seconds`) to the scheduler, as the engine
+    /// does, so the step cost is fitted and latency targets plan in time.
+    timed: bool,
+}
+
+/// What a fake step takes: a fixed part and a share per row and per thousand keys attended,
+/// the shape of the engine's fitted step cost.
+pub fn step_seconds(out: &SchedulerOutput) -> f64 {
+    let rows = out.num_batched_tokens as f64;
+    let keys: usize = out.scheduled.iter().map(|r| (r.context_len + r.num_query_tokens) * r.num_query_tokens).sum();
+    0.002 + 0.0004 * rows + 0.0001 * keys as f64 / 1000.0
 }
 
 impl Driver {
     pub fn new(s: Scheduler) -> Self {
-        Self { s, kinds: HashMap::new(), outcomes: HashMap::new(), next_id: 0, parents: HashMap::new(), tick: 0 }
+        Self {
+            s,
+            kinds: HashMap::new(),
+            outcomes: HashMap::new(),
+            next_id: 0,
+            parents: HashMap::new(),
+            tick: 0,
+            timed: false,
+        }
+    }
+
+    /// Reports every step's duration (`step_seconds`) to the scheduler.
+    pub fn timed(mut self) -> Self {
+        self.timed = true;
+        self
     }
 
     /// Live sequences, in a stable order.
@@ -69,11 +95,16 @@ impl Driver {
         (!live.is_empty()).then(|| live[pick % live.len()])
     }
 
-    pub fn add(&mut self, prompt_token_ids: Vec<u32>, max_tokens: usize, kind: Kind) -> SeqId {
+    pub fn add(
+        &mut self,
+        prompt_token_ids: Vec<u32>,
+        max_tokens: usize,
+        kind: Kind,
+        ttft_target: Option<Duration>,
+    ) -> SeqId {
         let id = self.next_id;
         self.next_id += 1;
-        match self.s.add(NewSequence { id, prompt_token_ids, max_tokens, skip_prefix_cache: false, ttft_target: None })
-        {
+        match self.s.add(NewSequence { id, prompt_token_ids, max_tokens, skip_prefix_cache: false, ttft_target }) {
             Ok(()) => {
                 if let Kind::Wedlm { window } = kind {
                     // Like the engine: a reservation the pool cannot hold is skipped, not fatal.
@@ -112,8 +143,17 @@ impl Driver {
         let decodes = running_before.iter().any(|&id| self.s.get(id).is_some_and(|q| !q.is_prefilling()));
         let out = self.s.schedule();
         check_output(&self.s, &out);
+        if self.timed {
+            self.s.record_step(Duration::from_secs_f64(step_seconds(&out)));
+        }
         let config = self.s.config();
-        let cap = if decodes { config.max_prefill_tokens_with_decodes } else { config.max_num_batched_tokens };
+        // Under a TPOT target prefill beside decodes is bounded by the step's planned time,
+        // which may buy more rows than the cap; the step's rows stay within the budget.
+        let cap = if decodes && config.latency_targets.tpot.is_none() {
+            config.max_prefill_tokens_with_decodes
+        } else {
+            config.max_num_batched_tokens
+        };
         let prefill: usize = out
             .scheduled
             .iter()
