@@ -250,15 +250,30 @@ impl Constraint {
 /// llguidance's refusal of `oneOf` under strict names its own option, which no client of this
 /// API can set; what a client does to get the same approximation is to leave strict out.
 const LLGUIDANCE_ONE_OF_HINT: &str = "Enable 'coerce_one_of' option to approximate oneOf with anyOf";
-const ONE_OF_UNDER_STRICT: &str = "strict refuses `oneOf`, since an answer may match more than one of its branches; \
-     without strict (`json_schema.strict` or the tool's `strict` not true, `run` without `--strict`) it is decoded as \
-     `anyOf` and the answer checked against the whole schema after";
+const ONE_OF_UNDER_STRICT: &str = concat!(
+    "strict refuses `oneOf`, since an answer may match more than one of its branches; ",
+    "without strict (`json_schema.strict` or the tool's `strict` not true, `run` without `--strict`) it is decoded as ",
+    "`anyOf` and the answer checked against the whole schema after"
+);
+/// How llguidance opens its refusal of keywords it cannot enforce, which it refuses only when
+/// not lenient, i.e. under strict.
+const LLGUIDANCE_UNIMPLEMENTED: &str = "Unimplemented keys";
+const UNIMPLEMENTED_UNDER_STRICT: &str = concat!(
+    "; strict refuses keywords a token grammar cannot enforce; without strict (`json_schema.strict` or the tool's ",
+    "`strict` not true, `run` without `--strict`) the answer is decoded under the rest of the schema and checked ",
+    "against the whole schema after"
+);
 
 /// An llguidance message in this API's terms: without the `<non-verbose/>` marker its errors
 /// end with (verbose errors are off), and with its option hints replaced by what a client does.
 pub(super) fn clean(msg: String) -> String {
     let msg = msg.strip_suffix("<non-verbose/>").map_or(msg.as_str(), str::trim_end);
-    msg.replace(LLGUIDANCE_ONE_OF_HINT, ONE_OF_UNDER_STRICT)
+    let msg = msg.replace(LLGUIDANCE_ONE_OF_HINT, ONE_OF_UNDER_STRICT);
+    if msg.contains(LLGUIDANCE_UNIMPLEMENTED) {
+        msg + UNIMPLEMENTED_UNDER_STRICT
+    } else {
+        msg
+    }
 }
 
 // The engine loop moves constraints between threads.

@@ -285,6 +285,9 @@ fn keywords_a_grammar_cannot_enforce_are_checked_after_or_refused_under_strict()
     let schema = json!({"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3, "uniqueItems": true});
     let err = b.compile(&StructuredOutput::StrictJsonSchema(schema.clone())).unwrap_err();
     assert!(matches!(&err, StructuredError::InvalidSchema(m) if m.contains("uniqueItems")), "{err}");
+    // The refusal names the keyword and what a client does to have the schema served anyway.
+    let message = err.to_string();
+    assert!(message.contains("without strict") && message.contains("checked"), "{message}");
     let spec = StructuredOutput::JsonSchema(schema);
     let (unenforced, valid) = check_after(&spec, r#"["a","b"]"#);
     assert!(unenforced.iter().any(|w| w.contains("uniqueItems")), "{unenforced:?}");
