@@ -1,6 +1,6 @@
 mod common;
 
-use common::{config, new_seq, step};
+use common::{config, modelled_step_seconds, new_seq, step};
 use entrobatch_scheduler::{FinishReason, Scheduler, StepWork};
 
 #[test]
@@ -221,11 +221,7 @@ fn a_short_prompt_takes_whole_steps_from_a_long_one_every_other_step() {
 /// What a step takes on the modelled machine: 10 ms a step, 1 ms a row, 2 ms per thousand keys
 /// attended.
 fn cost(out: &entrobatch_scheduler::SchedulerOutput) -> f64 {
-    let mut work = StepWork::default();
-    for r in &out.scheduled {
-        work.add(StepWork::span(r.context_len, r.num_query_tokens + r.scratch_rows));
-    }
-    0.010 + 0.001 * work.rows as f64 + 0.002 * work.kilo_keys
+    modelled_step_seconds(out, 0.010, 0.001, 0.002)
 }
 
 /// With a TPOT target, prefill beside decodes gets what the target leaves once the fitted

@@ -157,7 +157,7 @@ proptest! {
         config in scheduler_config(),
         ops in proptest::collection::vec(op(), 200),
     ) {
-        let mut d = Driver::new(Scheduler::new(config).unwrap()).timed();
+        let mut d = Driver::new(Scheduler::new(config).unwrap());
         for op in &ops {
             apply(&mut d, op);
         }

@@ -250,18 +250,24 @@ impl Constraint {
 /// llguidance's refusal of `oneOf` under strict names its own option, which no client of this
 /// API can set; what a client does to get the same approximation is to leave strict out.
 const LLGUIDANCE_ONE_OF_HINT: &str = "Enable 'coerce_one_of' option to approximate oneOf with anyOf";
+/// What a client leaves out to have a schema decoded as best it can and checked after.
+macro_rules! without_strict {
+    () => {
+        "without strict (`json_schema.strict` or the tool's `strict` not true, `run` without `--strict`)"
+    };
+}
 const ONE_OF_UNDER_STRICT: &str = concat!(
     "strict refuses `oneOf`, since an answer may match more than one of its branches; ",
-    "without strict (`json_schema.strict` or the tool's `strict` not true, `run` without `--strict`) it is decoded as ",
-    "`anyOf` and the answer checked against the whole schema after"
+    without_strict!(),
+    " it is decoded as `anyOf` and the answer checked against the whole schema after"
 );
 /// How llguidance opens its refusal of keywords it cannot enforce, which it refuses only when
 /// not lenient, i.e. under strict.
 const LLGUIDANCE_UNIMPLEMENTED: &str = "Unimplemented keys";
 const UNIMPLEMENTED_UNDER_STRICT: &str = concat!(
-    "; strict refuses keywords a token grammar cannot enforce; without strict (`json_schema.strict` or the tool's ",
-    "`strict` not true, `run` without `--strict`) the answer is decoded under the rest of the schema and checked ",
-    "against the whole schema after"
+    "; strict refuses keywords a token grammar cannot enforce; ",
+    without_strict!(),
+    " the answer is decoded under the rest of the schema and checked against the whole schema after"
 );
 
 /// An llguidance message in this API's terms: without the `<non-verbose/>` marker its errors

@@ -6,10 +6,10 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use entrobatch_scheduler::{
-    BlockId, DraftOdds, FinishReason, NewSequence, ScheduledSequence, Scheduler, SchedulerOutput, SeqId, NULL_BLOCK,
+    BlockId, DraftOdds, FinishReason, NewSequence, ScheduledSequence, Scheduler, SeqId, NULL_BLOCK,
 };
 
-use super::check_output;
+use super::{check_output, modelled_step_seconds};
 
 /// How a sequence uses the scheduler, after the engine's strategies.
 #[derive(Clone, Copy, Debug)]
@@ -51,36 +51,11 @@ pub struct Driver {
     /// Branch children still live, and the parent each forked from.
     pub parents: HashMap<SeqId, SeqId>,
     tick: u32,
-    /// Whether each step reports a duration (`step_seconds`) to the scheduler, as the engine
-    /// does, so the step cost is fitted and latency targets plan in time.
-    timed: bool,
-}
-
-/// What a fake step takes: a fixed part and a share per row and per thousand keys attended,
-/// the shape of the engine's fitted step cost.
-pub fn step_seconds(out: &SchedulerOutput) -> f64 {
-    let rows = out.num_batched_tokens as f64;
-    let keys: usize = out.scheduled.iter().map(|r| (r.context_len + r.num_query_tokens) * r.num_query_tokens).sum();
-    0.002 + 0.0004 * rows + 0.0001 * keys as f64 / 1000.0
 }
 
 impl Driver {
     pub fn new(s: Scheduler) -> Self {
-        Self {
-            s,
-            kinds: HashMap::new(),
-            outcomes: HashMap::new(),
-            next_id: 0,
-            parents: HashMap::new(),
-            tick: 0,
-            timed: false,
-        }
-    }
-
-    /// Reports every step's duration (`step_seconds`) to the scheduler.
-    pub fn timed(mut self) -> Self {
-        self.timed = true;
-        self
+        Self { s, kinds: HashMap::new(), outcomes: HashMap::new(), next_id: 0, parents: HashMap::new(), tick: 0 }
     }
 
     /// Live sequences, in a stable order.
@@ -143,9 +118,9 @@ impl Driver {
         let decodes = running_before.iter().any(|&id| self.s.get(id).is_some_and(|q| !q.is_prefilling()));
         let out = self.s.schedule();
         check_output(&self.s, &out);
-        if self.timed {
-            self.s.record_step(Duration::from_secs_f64(step_seconds(&out)));
-        }
+        // Like the engine, the step's time goes back to the scheduler, which fits its step cost
+        // from it; latency targets then plan in time.
+        self.s.record_step(Duration::from_secs_f64(modelled_step_seconds(&out, 0.002, 0.0004, 0.0001)));
         let config = self.s.config();
         // Under a TPOT target prefill beside decodes is bounded by the step's planned time,
         // which may buy more rows than the cap; the step's rows stay within the budget.

@@ -51,6 +51,16 @@ pub fn step(s: &mut Scheduler) -> SchedulerOutput {
     out
 }
 
+/// What a step takes on a modelled machine: `base` seconds a step, `per_row` a row (scratch
+/// rows included), `per_kilo_key` per thousand keys attended, as the scheduler counts them.
+pub fn modelled_step_seconds(out: &SchedulerOutput, base: f64, per_row: f64, per_kilo_key: f64) -> f64 {
+    let mut work = entrobatch_scheduler::StepWork::default();
+    for r in &out.scheduled {
+        work.add(entrobatch_scheduler::StepWork::span(r.context_len, r.num_query_tokens + r.scratch_rows));
+    }
+    base + per_row * work.rows as f64 + per_kilo_key * work.kilo_keys
+}
+
 pub fn check_output(s: &Scheduler, out: &SchedulerOutput) {
     let bs = s.config().block_size;
     assert!(out.num_batched_tokens <= s.config().max_num_batched_tokens);
