@@ -43,6 +43,7 @@ fn main() -> anyhow::Result<()> {
         engine: None,
         decoding: decoding_from_env()?,
         limits: false,
+        warm_prefix: false,
     };
     let report = run(&config, |_| {})?;
     let json = serde_json::to_string_pretty(&report)?;
@@ -65,6 +66,7 @@ fn compare_mti(model: PathBuf) -> anyhow::Result<()> {
         engine: None,
         decoding: entrobatch::Decoding::Plain,
         limits: false,
+        warm_prefix: false,
     };
     let thresholds: Vec<f32> = std::env::var("BENCH_MTI_THRESHOLDS")
         .unwrap_or_else(|_| "-1,0.5,1.0,2.0,3.0,4.0,inf".into())
@@ -109,6 +111,7 @@ fn compare_entropix(model: PathBuf) -> anyhow::Result<()> {
         engine: None,
         decoding: Decoding::Plain,
         limits: false,
+        warm_prefix: false,
     };
     // Alternating rounds on a shared machine: plain, entropix, ..., plain.
     let rounds = env_usize("BENCH_ROUNDS", 1).max(1);

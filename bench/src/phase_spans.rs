@@ -30,17 +30,30 @@ pub fn phase_secs(times: &[RequestTimes], concurrency: usize) -> (f64, f64) {
     (union_secs(prefill), union_secs(decode))
 }
 
-/// Tokens per second inside the decode-only window, and the window's seconds; None when no
-/// time was decode-only. `arrivals`: (seconds from the start, tokens) of every token event of
-/// the run. A window opens when a step's tokens arrive (the step that finished the last prompt
-/// is not in it), so a token counts when it arrives after the window's start and by its end.
-pub fn decode_only_rate(times: &[RequestTimes], concurrency: usize, arrivals: &[(f64, usize)]) -> Option<(f64, f64)> {
+/// What the decode-only window delivered.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DecodeOnly {
+    pub tokens_per_s: f64,
+    pub secs: f64,
+    /// Requests decoding, averaged over the window's time. Requests end one after another
+    /// inside it, so this is what its rate is a rate of: fewer rows a step than `concurrency`
+    /// unless every request decodes to the window's end.
+    pub mean_decoding: f64,
+}
+
+/// The decode-only window's rate, length and mean rows; None when no time was decode-only.
+/// `arrivals`: (seconds from the start, tokens) of every token event of the run. A window
+/// opens when a step's tokens arrive (the step that finished the last prompt is not in it), so
+/// a token counts when it arrives after the window's start and by its end.
+pub fn decode_only_rate(times: &[RequestTimes], concurrency: usize, arrivals: &[(f64, usize)]) -> Option<DecodeOnly> {
     let (prefill, decode) = phase_spans(times, concurrency);
-    let windows = subtract(&merged(decode), &merged(prefill));
+    let windows = subtract(&merged(decode.clone()), &merged(prefill));
     let secs: f64 = windows.iter().map(|(s, e)| e - s).sum();
     let tokens: usize =
         arrivals.iter().filter(|(at, _)| windows.iter().any(|(s, e)| at > s && at <= e)).map(|(_, n)| n).sum();
-    (secs > 0.0).then(|| (tokens as f64 / secs, secs))
+    let overlap = |(a, b): Span| windows.iter().map(|&(s, e)| (b.min(e) - a.max(s)).max(0.0)).sum::<f64>();
+    let decoding_secs: f64 = decode.into_iter().map(overlap).sum();
+    (secs > 0.0).then(|| DecodeOnly { tokens_per_s: tokens as f64 / secs, secs, mean_decoding: decoding_secs / secs })
 }
 
 /// (start, end) in seconds from the run's start.
@@ -132,11 +145,13 @@ mod tests {
             .map(|i| i as f64 / 10.0)
             .map(|at| (at, times.iter().filter(|t| at >= t.first_token && at <= t.end).count()))
             .collect();
-        let (rate, secs) = decode_only_rate(&times, 8, &arrivals).unwrap();
+        let DecodeOnly { tokens_per_s: rate, secs, mean_decoding } = decode_only_rate(&times, 8, &arrivals).unwrap();
         assert!((secs - 4.2).abs() < 1e-9, "{secs}");
         // (0.8, 3.0]: 22 arrivals of 3; (3.0, 4.0]: 10 of 2; (4.0, 5.0]: 10 of 1.
         let tokens = 22 * 3 + 10 * 2 + 10;
         assert!((rate - tokens as f64 / 4.2).abs() < 1e-6, "{rate}");
+        // 2.2 s of three requests, 1.0 of two, 1.0 of one.
+        assert!((mean_decoding - (2.2 * 3.0 + 2.0 + 1.0) / 4.2).abs() < 1e-9, "{mean_decoding}");
     }
 
     #[test]
@@ -145,9 +160,11 @@ mod tests {
         // (2.0, 2.5] is not decode-only; neither is anything before 0.4.
         let times = [t(0.3, 3.0), t(0.4, 2.0), t(2.5, 4.0)];
         let arrivals = [(0.35, 1), (1.0, 2), (2.2, 1), (2.6, 2), (3.5, 1)];
-        let (rate, secs) = decode_only_rate(&times, 2, &arrivals).unwrap();
+        let DecodeOnly { tokens_per_s: rate, secs, mean_decoding } = decode_only_rate(&times, 2, &arrivals).unwrap();
         assert!((secs - (1.6 + 1.5)).abs() < 1e-9, "{secs}");
         assert!((rate - 5.0 / 3.1).abs() < 1e-9, "{rate}");
+        // (0.4, 2.0]: two decoding; (2.5, 3.0]: two; (3.0, 4.0]: one.
+        assert!((mean_decoding - (1.6 * 2.0 + 0.5 * 2.0 + 1.0) / 3.1).abs() < 1e-9, "{mean_decoding}");
     }
 
     #[test]
@@ -155,9 +172,10 @@ mod tests {
         let times = [t(0.1, 1.0), t(1.2, 2.2)];
         let arrivals: Vec<(f64, usize)> = [0.1, 0.4, 0.7, 1.0, 1.2, 1.7, 2.2].iter().map(|&at| (at, 1)).collect();
         let (prefill, decode) = phase_secs(&times, 1);
-        let (rate, secs) = decode_only_rate(&times, 1, &arrivals).unwrap();
+        let DecodeOnly { tokens_per_s: rate, secs, mean_decoding } = decode_only_rate(&times, 1, &arrivals).unwrap();
         assert!((secs - decode).abs() < 1e-12 && prefill > 0.0);
         assert!((rate - 5.0 / 1.9).abs() < 1e-9, "{rate}");
+        assert!((mean_decoding - 1.0).abs() < 1e-12, "{mean_decoding}");
     }
 
     #[test]

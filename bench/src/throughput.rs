@@ -25,6 +25,17 @@ pub struct ThroughputConfig {
     pub decoding: Decoding,
     /// Measure the machine's limits before and after the run and report the run against them.
     pub limits: bool,
+    /// Prefill every prompt once, untimed, before the measured run (`warm_prefix_cache`).
+    pub warm_prefix: bool,
+}
+
+/// How far a run has come, for a progress display.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Prompts through the untimed warm-up pass of `warm_prefix`.
+    Warmed(usize),
+    /// Measured requests finished.
+    Finished(usize),
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -40,6 +51,9 @@ pub struct PhaseRates {
     /// baseline, or when no time was decode-only.
     pub decode_only_tokens_per_s: Option<f64>,
     pub decode_only_secs: Option<f64>,
+    /// Requests decoding in the decode-only window, averaged over its time: the rows of its
+    /// steps, which fall below the concurrency as requests end.
+    pub decode_only_mean_decoding: Option<f64>,
     pub output_tokens_per_s: f64,
     pub total_tokens_per_s: f64,
     pub wall_secs: f64,
@@ -63,6 +77,9 @@ pub struct ThroughputReport {
     pub total_speedup: Option<f64>,
     pub preemptions: u64,
     pub steps: u64,
+    /// Prompt tokens the measured requests found in the prefix cache.
+    pub prefix_cache_hit_tokens: u64,
+    pub prompt_tokens: usize,
     pub decoding: Decoding,
     pub output_tokens: usize,
     /// Guided share of MTI tokens (the engine's MTI counters); None without MTI tokens.
@@ -79,6 +96,8 @@ pub struct ThroughputReport {
     pub spec_tokens_per_forward: Option<f64>,
     /// The run against this machine's limits; None unless asked for.
     pub limits: Option<LimitFractions>,
+    /// Whether the prompts were prefilled by an untimed pass first (`warm_prefix_cache`).
+    pub warm_prefix: bool,
 }
 
 /// Rates of a run as fractions of what this machine can do (`machine_limits`).
@@ -109,8 +128,10 @@ pub struct LimitFractions {
 /// cannot shortcut the measurement.
 pub fn synthetic_prompts(vocab: usize, n: usize, len: usize) -> Vec<Vec<u32>> {
     let mut state = 0x2545_F491_4F6C_DD1Du64;
-    let lo = 300u64.min(vocab as u64 / 4);
-    let span = (vocab as u64).saturating_sub(lo + 300).max(1);
+    // Clear of the first and last 300 ids (special and byte tokens in real vocabularies), or
+    // of a quarter at each end of a small one.
+    let margin = 300u64.min(vocab as u64 / 4);
+    let (lo, span) = (margin, (vocab as u64).saturating_sub(2 * margin).max(1));
     (0..n)
         .map(|_| {
             (0..len)
@@ -141,7 +162,7 @@ pub fn engine_config_with(model: &Path, mode: entrobatch::MatmulMode) -> EngineC
     EngineConfig { matmul_mode: mode, ..EngineConfig::new(model) }
 }
 
-pub fn run(config: &ThroughputConfig, on_progress: impl FnMut(usize)) -> Result<ThroughputReport> {
+pub fn run(config: &ThroughputConfig, on_progress: impl FnMut(Progress)) -> Result<ThroughputReport> {
     run_with_prompts(config, None, on_progress)
 }
 
@@ -149,7 +170,7 @@ pub fn run(config: &ThroughputConfig, on_progress: impl FnMut(usize)) -> Result<
 pub fn run_with_prompts(
     config: &ThroughputConfig,
     prompts: Option<&[Vec<u32>]>,
-    mut on_progress: impl FnMut(usize),
+    mut on_progress: impl FnMut(Progress),
 ) -> Result<ThroughputReport> {
     let mut engine_config = config.engine.clone().unwrap_or_else(|| EngineConfig::new(&config.model));
     engine_config.max_num_seqs = config.concurrency;
@@ -169,7 +190,15 @@ pub fn run_with_prompts(
         return_metrics: matches!(config.decoding, Decoding::Entropix(_)),
         ..GenerationParams::default()
     };
+    if config.warm_prefix {
+        warm_prefix_cache(&engine, &prompts, &params, &mut on_progress)?;
+    }
     let limits_before = config.limits.then(|| measure_limits(config, engine.info())).transpose()?;
+    // Counters from here on are the measured run's, without a warm-up pass's.
+    let counted = |m: &entrobatch::EngineMetrics| {
+        [&m.steps, &m.preemptions, &m.prefix_cache_hits].map(|c| c.load(Ordering::Relaxed))
+    };
+    let before = counted(engine.metrics());
     let start = Instant::now();
     let cpu_start = process_cpu_secs();
     let handles = prompts
@@ -219,7 +248,7 @@ pub fn run_with_prompts(
             let finished = workers.iter().filter(|w| w.is_finished()).count();
             if finished > reported {
                 reported = finished;
-                on_progress(finished);
+                on_progress(Progress::Finished(finished));
             }
             if finished == workers.len() {
                 break;
@@ -247,8 +276,8 @@ pub fn run_with_prompts(
     let wall = start.elapsed().as_secs_f64();
     let cpu_secs = process_cpu_secs() - cpu_start;
     let metrics = engine.metrics();
-    let preemptions = metrics.preemptions.load(Ordering::Relaxed);
-    let steps = metrics.steps.load(Ordering::Relaxed);
+    let [steps, preemptions, prefix_cache_hit_tokens] =
+        std::array::from_fn(|i| counted(metrics)[i].saturating_sub(before[i]));
     let mti_trigger_rate = metrics.mti_trigger_rate();
     let spec_acceptance_rate = metrics.spec_decode.acceptance_rate();
     let spec_tokens_per_forward = metrics.spec_decode.tokens_per_forward();
@@ -260,8 +289,9 @@ pub fn run_with_prompts(
     let engine_rates = PhaseRates {
         prefill_tokens_per_s: prompt_tokens as f64 / prefill_secs.max(1e-9),
         decode_tokens_per_s: output_tokens.saturating_sub(times.len()) as f64 / decode_secs.max(1e-9),
-        decode_only_tokens_per_s: decode_only.map(|(rate, _)| rate),
-        decode_only_secs: decode_only.map(|(_, secs)| secs),
+        decode_only_tokens_per_s: decode_only.map(|d| d.tokens_per_s),
+        decode_only_secs: decode_only.map(|d| d.secs),
+        decode_only_mean_decoding: decode_only.map(|d| d.mean_decoding),
         output_tokens_per_s: output_tokens as f64 / wall,
         total_tokens_per_s: (prompt_tokens + output_tokens) as f64 / wall,
         wall_secs: wall,
@@ -296,6 +326,8 @@ pub fn run_with_prompts(
         baseline_requests: config.baseline_requests,
         preemptions,
         steps,
+        prefix_cache_hit_tokens,
+        prompt_tokens,
         decoding: config.decoding.clone(),
         output_tokens,
         mti_trigger_rate,
@@ -304,7 +336,34 @@ pub fn run_with_prompts(
         spec_tokens_per_forward,
         entropix_branches: (!branches.is_empty()).then_some(branches),
         limits,
+        warm_prefix: config.warm_prefix,
     })
+}
+
+/// Runs every prompt once for a single token and waits for all of them, so that the measured
+/// run finds each prompt's blocks in the prefix cache: its requests then start decoding within
+/// a few steps of each other and its decode-only window is the whole batch decoding at the
+/// prompts' context, which a cold run reaches only in its tail, as requests finish.
+fn warm_prefix_cache(
+    engine: &Engine,
+    prompts: &[Vec<u32>],
+    params: &GenerationParams,
+    on_progress: &mut impl FnMut(Progress),
+) -> Result<()> {
+    let one_token = GenerationParams { max_tokens: 1, ..params.clone() };
+    let handles = prompts
+        .iter()
+        .map(|p| engine.submit(Request::new(Prompt::TokenIds(p.clone()), one_token.clone())))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    for (i, mut handle) in handles.into_iter().enumerate() {
+        while let Some(event) = handle.next_blocking() {
+            if let Event::Finished { error: Some(e), .. } = event {
+                anyhow::bail!("warm-up request {i} failed: {e}");
+            }
+        }
+        on_progress(Progress::Warmed(i + 1));
+    }
+    Ok(())
 }
 
 /// Rows a run pushed through the projections: all of them through the layers, the sampled ones
@@ -369,6 +428,7 @@ fn baseline_rates(model: &Path, prompts: &[Vec<u32>], output_len: usize) -> Resu
         decode_tokens_per_s: (t.output_tokens - prompts.len()) as f64 / t.decode_secs.max(1e-9),
         decode_only_tokens_per_s: None,
         decode_only_secs: None,
+        decode_only_mean_decoding: None,
         output_tokens_per_s: t.output_tokens as f64 / wall,
         total_tokens_per_s: (t.prompt_tokens + t.output_tokens) as f64 / wall,
         wall_secs: wall,
@@ -407,10 +467,21 @@ pub fn render_table(r: &ThroughputReport) -> String {
     if let Some(b) = &r.baseline {
         row("candle sequential", b);
     }
-    if let (Some(rate), Some(secs), true) =
-        (r.engine.decode_only_tokens_per_s, r.engine.decode_only_secs, r.concurrency > 1)
-    {
-        out.push_str(&format!("decode-only steps (no prompt waiting): {rate:.1} t/s over {secs:.1} s\n"));
+    if let (Some(rate), Some(secs), Some(rows), true) = (
+        r.engine.decode_only_tokens_per_s,
+        r.engine.decode_only_secs,
+        r.engine.decode_only_mean_decoding,
+        r.concurrency > 1,
+    ) {
+        out.push_str(&format!(
+            "decode-only steps (no prompt waiting): {rate:.1} t/s over {secs:.1} s, {rows:.1} requests decoding on average\n"
+        ));
+    }
+    if r.warm_prefix {
+        out.push_str(&format!(
+            "prompts prefilled by an untimed warm-up pass: {} of the {} prompt tokens were prefix-cache hits\n",
+            r.prefix_cache_hit_tokens, r.prompt_tokens
+        ));
     }
     if let (Some(o), Some(t)) = (r.output_speedup, r.total_speedup) {
         out.push_str(&format!("speedup: output {o:.2}x, total {t:.2}x\n"));
@@ -437,4 +508,23 @@ pub fn render_table(r: &ThroughputReport) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::synthetic_prompts;
+
+    #[test]
+    fn synthetic_prompts_differ_from_their_first_block_on_small_vocabularies_too() {
+        for vocab in [320, 49_152, 151_936] {
+            let prompts = synthetic_prompts(vocab, 8, 64);
+            let margin = 300.min(vocab / 4) as u32;
+            for p in &prompts {
+                assert_eq!(p.len(), 64);
+                assert!(p.iter().all(|&t| t >= margin && t < vocab as u32 - margin), "vocab {vocab}: {p:?}");
+            }
+            let firsts: std::collections::HashSet<&[u32]> = prompts.iter().map(|p| &p[..16]).collect();
+            assert_eq!(firsts.len(), prompts.len(), "vocab {vocab}: two prompts share their first block");
+        }
+    }
 }

@@ -119,6 +119,49 @@ fn succeeds_with_stdout_closed(cmd: &mut Command) {
     assert!(!stderr.contains("panicked") && !stderr.to_lowercase().contains("broken pipe"), "{stderr}");
 }
 
+/// `bench throughput --warm-prefix`: the measured requests find their prompts in the prefix
+/// cache (every block of a prompt but the one its last token recomputes); a cold run finds
+/// nothing cached, its prompts being distinct even on a tiny vocabulary. Both say how many
+/// requests were decoding in the decode-only window (how many start together is a matter of
+/// timing, which the tiny model's sub-millisecond steps make too noisy to assert).
+#[test]
+fn bench_throughput_warm_prefix_finds_the_prompts_cached() {
+    let model = tiny_model(&TinyModelSpec::llama(), "cli-warm-prefix");
+    let (requests, prompt_len, block_size) = (6u64, 128u64, 16u64);
+    let report = |warm: bool| {
+        let json = std::env::temp_dir().join(format!("entrobatch-warm-{warm}-{}.json", std::process::id()));
+        let mut cmd = entrobatch();
+        cmd.args(["bench", "throughput", "--model"]).arg(&model);
+        cmd.args(["--requests", "6", "--concurrency", "6", "--prompt-len", "128", "--output-len", "16"]);
+        cmd.args(["--baseline-requests", "0", "--json"]).arg(&json);
+        if warm {
+            cmd.arg("--warm-prefix");
+        }
+        let out = cmd.output().expect("run the binary");
+        assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("requests decoding on average"), "{stdout}");
+        assert_eq!(stdout.contains("untimed warm-up pass"), warm, "{stdout}");
+        let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&json);
+        assert_eq!(report["warm_prefix"].as_bool(), Some(warm), "{report}");
+        assert_eq!(report["output_tokens"].as_u64(), Some(requests * 16), "{report}");
+        assert_eq!(report["prompt_tokens"].as_u64(), Some(requests * prompt_len), "{report}");
+        let mean = report["engine"]["decode_only_mean_decoding"].as_f64().unwrap_or_else(|| panic!("{report}"));
+        assert!(mean > 0.0 && mean <= requests as f64 + 1e-9, "{mean} requests decoding on average");
+        report
+    };
+    let cold = report(false);
+    assert_eq!(cold["prefix_cache_hit_tokens"].as_u64(), Some(0), "{cold}");
+    let warm = report(true);
+    let hits = warm["prefix_cache_hit_tokens"].as_u64().unwrap_or(0);
+    assert!(
+        hits >= requests * (prompt_len - block_size) && hits < requests * prompt_len,
+        "{hits} of {} prompt tokens found cached after the warm-up",
+        requests * prompt_len
+    );
+}
+
 /// `bench throughput --json F | head -1`: the report file is still written, with the run's
 /// numbers, and the command still succeeds.
 #[test]

@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use entrobatch_bench::throughput::{render_table, run, ThroughputConfig, ThroughputReport};
+use entrobatch_bench::throughput::{render_table, run, Progress, ThroughputConfig, ThroughputReport};
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 
@@ -115,6 +115,11 @@ pub struct ThroughputArgs {
     /// seconds) and report the run as fractions of them.
     #[arg(long)]
     pub limits: bool,
+    /// Prefill every prompt once, untimed, first: the measured requests find their prompts in
+    /// the prefix cache and start decoding together, so the decode-only rate is the whole batch
+    /// at the prompts' context (a cold run reaches decode-only steps only as requests end).
+    #[arg(long)]
+    pub warm_prefix: bool,
 }
 
 pub fn run_bench(command: BenchCommand) -> Result<()> {
@@ -151,6 +156,7 @@ fn throughput(args: ThroughputArgs) -> Result<()> {
             }),
             decoding: Default::default(),
             limits: args.limits,
+            warm_prefix: args.warm_prefix,
         };
         let bar = ProgressBar::new(args.requests as u64);
         bar.set_style(
@@ -158,7 +164,16 @@ fn throughput(args: ThroughputArgs) -> Result<()> {
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         bar.set_message(format!("concurrency {concurrency}"));
-        let mut report = run(&config, |done| bar.set_position(done as u64))?;
+        let mut report = run(&config, |progress| match progress {
+            Progress::Warmed(done) => {
+                bar.set_message(format!("concurrency {concurrency}, warming the prefix cache"));
+                bar.set_position(done as u64);
+            }
+            Progress::Finished(done) => {
+                bar.set_message(format!("concurrency {concurrency}"));
+                bar.set_position(done as u64);
+            }
+        })?;
         bar.finish_and_clear();
         if let Some(first) = reports.first() {
             report.baseline = first.baseline.clone();
