@@ -40,8 +40,8 @@ pub enum Progress {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct PhaseRates {
-    /// Prompt tokens over the time some request was waiting for its first token after
-    /// admission (`phase_spans`).
+    /// Prompt tokens computed (not found in the prefix cache) over the time some request was
+    /// waiting for its first token after admission (`phase_spans`).
     pub prefill_tokens_per_s: f64,
     /// Tokens after each request's first over the time some request was decoding; prefill
     /// chunks share those steps, so at high concurrency this is not a pure-decode rate.
@@ -198,7 +198,7 @@ pub fn run_with_prompts(
     let counted = |m: &entrobatch::EngineMetrics| {
         [&m.steps, &m.preemptions, &m.prefix_cache_hits].map(|c| c.load(Ordering::Relaxed))
     };
-    let before = counted(engine.metrics());
+    let at_start = counted(engine.metrics());
     let start = Instant::now();
     let cpu_start = process_cpu_secs();
     let handles = prompts
@@ -276,18 +276,20 @@ pub fn run_with_prompts(
     let wall = start.elapsed().as_secs_f64();
     let cpu_secs = process_cpu_secs() - cpu_start;
     let metrics = engine.metrics();
-    let [steps, preemptions, prefix_cache_hit_tokens] =
-        std::array::from_fn(|i| counted(metrics)[i].saturating_sub(before[i]));
+    let at_end = counted(metrics);
+    let [steps, preemptions, prefix_cache_hit_tokens] = std::array::from_fn(|i| at_end[i].saturating_sub(at_start[i]));
     let mti_trigger_rate = metrics.mti_trigger_rate();
     let spec_acceptance_rate = metrics.spec_decode.acceptance_rate();
     let spec_tokens_per_forward = metrics.spec_decode.tokens_per_forward();
     let info = engine.info().clone();
     engine.shutdown(entrobatch::ShutdownMode::Finish);
     let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
+    // Prompt tokens the forwards ran; the rest came from the prefix cache.
+    let computed_prompt_tokens = prompt_tokens.saturating_sub(prefix_cache_hit_tokens as usize);
     let (prefill_secs, decode_secs) = phase_secs(&times, config.concurrency);
     let decode_only = decode_only_rate(&times, config.concurrency, &arrivals);
     let engine_rates = PhaseRates {
-        prefill_tokens_per_s: prompt_tokens as f64 / prefill_secs.max(1e-9),
+        prefill_tokens_per_s: computed_prompt_tokens as f64 / prefill_secs.max(1e-9),
         decode_tokens_per_s: output_tokens.saturating_sub(times.len()) as f64 / decode_secs.max(1e-9),
         decode_only_tokens_per_s: decode_only.map(|d| d.tokens_per_s),
         decode_only_secs: decode_only.map(|d| d.secs),
@@ -301,7 +303,8 @@ pub fn run_with_prompts(
             let limits = measure_limits(config, &info)?.best(&before);
             // Every output token is sampled from a row (a prompt's last, or a fed-back token's);
             // the other prompt rows only fill the cache.
-            let rows = RowCounts { cache_only: prompt_tokens.saturating_sub(times.len()), sampled: output_tokens };
+            let rows =
+                RowCounts { cache_only: computed_prompt_tokens.saturating_sub(times.len()), sampled: output_tokens };
             Some(limit_fractions(config, &info, &engine_rates, rows, &limits))
         }
         None => None,

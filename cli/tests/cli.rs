@@ -126,6 +126,7 @@ fn succeeds_with_stdout_closed(cmd: &mut Command) {
 /// timing, which the tiny model's sub-millisecond steps make too noisy to assert).
 #[test]
 fn bench_throughput_warm_prefix_finds_the_prompts_cached() {
+    use entrobatch::model_runner::testing::TINY_VOCAB_SIZE;
     let model = tiny_model(&TinyModelSpec::llama(), "cli-warm-prefix");
     let (requests, prompt_len, block_size) = (6u64, 128u64, 16u64);
     let report = |warm: bool| {
@@ -135,7 +136,7 @@ fn bench_throughput_warm_prefix_finds_the_prompts_cached() {
         cmd.args(["--requests", "6", "--concurrency", "6", "--prompt-len", "128", "--output-len", "16"]);
         cmd.args(["--baseline-requests", "0", "--json"]).arg(&json);
         if warm {
-            cmd.arg("--warm-prefix");
+            cmd.args(["--warm-prefix", "--limits"]);
         }
         let out = cmd.output().expect("run the binary");
         assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
@@ -160,6 +161,16 @@ fn bench_throughput_warm_prefix_finds_the_prompts_cached() {
         "{hits} of {} prompt tokens found cached after the warm-up",
         requests * prompt_len
     );
+    // The int8 operations the limits count are the rows the measured run computed: a cached
+    // prompt token is no work (the tiny model's projections recounted as in the limits test).
+    let spec = TinyModelSpec::llama();
+    let body = (spec.n_layers * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 128 * 64)) as u64;
+    let sampled = requests * 16;
+    let cache_only = requests * prompt_len - hits - requests;
+    let ops = 2.0 * (body * (cache_only + sampled) + 64 * TINY_VOCAB_SIZE as u64 * sampled) as f64;
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"));
+    let counted = f(&warm["limits"]["int8_gops"]) * 1e9 * f(&warm["engine"]["wall_secs"]);
+    assert!((counted - ops).abs() <= 1e-6 * ops, "{counted} operations reported, {ops} run");
 }
 
 /// `bench throughput --json F | head -1`: the report file is still written, with the run's
