@@ -114,6 +114,7 @@ mod imp {
     /// # Safety
     ///
     /// Caller guarantees `available_512()` and `x.len() >= 16`.
+    #[inline]
     #[target_feature(enable = "avx2,fma,avx512f")]
     pub(crate) unsafe fn exp16_shifted(x: &mut [f32], max: f32) {
         let v = _mm512_sub_ps(_mm512_loadu_ps(x.as_ptr()), _mm512_set1_ps(max));

@@ -39,6 +39,7 @@ pub mod ops;
 pub mod rope;
 pub mod runner;
 pub mod softmax;
+mod softmax_simd;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 #[cfg(any(test, feature = "test-support"))]

@@ -6,18 +6,28 @@
 pub use entrobatch_math::exp_nonpositive;
 
 use crate::attention_simd as simd;
+use crate::softmax_simd;
 
 /// Each row of `rows` (rows of `row_len` scores, one per head) in place: `exp(x - max)`, then
 /// normalized by its sum taken in key order. The rows' sums run side by side, one add of each
-/// row per key, so the chains overlap instead of each waiting on its own previous add; each
-/// row's sum is still the same sequence of adds, so the result does not depend on the rows
-/// beside it (the f32 cache stays bit-comparable with candle's attention).
+/// row per key (16 rows in the lanes of one register on AVX-512, 8 scalar chains otherwise), so
+/// the chains overlap instead of each waiting on its own previous add; each row's sum is still
+/// the same sequence of adds, so the result does not depend on the rows beside it or the CPU
+/// (the f32 cache stays bit-comparable with candle's attention).
 pub(crate) fn softmax_rows(rows: &mut [f32], row_len: usize) {
     if row_len == 0 {
         return;
     }
     for x in rows.chunks_exact_mut(row_len) {
         exp_shifted(x, max_of(x));
+    }
+    if simd::available_512() {
+        for block in rows.chunks_mut(softmax_simd::ROWS * row_len) {
+            // SAFETY: `available_512()` checked; `row_len > 0` and `block` holds whole rows,
+            // at most `ROWS`.
+            unsafe { softmax_simd::normalize_rows(block, row_len) };
+        }
+        return;
     }
     for block in rows.chunks_mut(SIDE_BY_SIDE * row_len) {
         let mut sums = [0f32; SIDE_BY_SIDE];
@@ -42,11 +52,8 @@ const SIDE_BY_SIDE: usize = 8;
 fn exp_shifted(x: &mut [f32], max: f32) {
     let mut j = 0;
     if simd::available_512() {
-        while let Some(chunk) = x.get_mut(j..j + 16) {
-            // SAFETY: `available_512()` checked; `chunk` holds 16 values.
-            unsafe { simd::exp16_shifted(chunk, max) };
-            j += 16;
-        }
+        // SAFETY: `available_512()` checked.
+        j = unsafe { softmax_simd::exp_row(x, max) };
     }
     if simd::available() {
         while let Some(chunk) = x.get_mut(j..j + 8) {
@@ -73,7 +80,7 @@ mod tests {
     /// the sum added in key order, then the normalization.
     #[test]
     fn rows_side_by_side_match_the_plain_softmax() {
-        for (rows, row_len) in [(1, 1), (3, 7), (9, 37), (14, 130), (17, 16)] {
+        for (rows, row_len) in [(1, 1), (3, 7), (9, 37), (14, 130), (17, 16), (16, 33), (14, 2177), (33, 15)] {
             let x: Vec<f32> = (0..rows * row_len).map(|i| ((i * 7919) % 1013) as f32 * 0.013 - 6.0).collect();
             let mut ours = x.clone();
             softmax_rows(&mut ours, row_len);
