@@ -27,8 +27,14 @@ pub(crate) fn softmax_rows(rows: &mut [f32], row_len: usize) {
             // at most `ROWS`.
             unsafe { softmax_simd::normalize_rows(block, row_len) };
         }
-        return;
+    } else {
+        normalize_side_by_side(rows, row_len);
     }
+}
+
+/// Each row of `rows` times `1 / sum`, the sums of `SIDE_BY_SIDE` rows added key by key in
+/// scalar chains (`softmax_simd::normalize_rows`'s adds, without its registers).
+fn normalize_side_by_side(rows: &mut [f32], row_len: usize) {
     for block in rows.chunks_mut(SIDE_BY_SIDE * row_len) {
         let mut sums = [0f32; SIDE_BY_SIDE];
         let n = block.len() / row_len;
@@ -77,13 +83,19 @@ mod tests {
     use super::*;
 
     /// Rows side by side give each row the bits of the plain computation: exp in key order,
-    /// the sum added in key order, then the normalization.
+    /// the sum added in key order, then the normalization; the scalar chains too where the
+    /// CPU takes the AVX-512 path.
     #[test]
     fn rows_side_by_side_match_the_plain_softmax() {
         for (rows, row_len) in [(1, 1), (3, 7), (9, 37), (14, 130), (17, 16), (16, 33), (14, 2177), (33, 15)] {
             let x: Vec<f32> = (0..rows * row_len).map(|i| ((i * 7919) % 1013) as f32 * 0.013 - 6.0).collect();
             let mut ours = x.clone();
             softmax_rows(&mut ours, row_len);
+            let mut scalar = x.clone();
+            for row in scalar.chunks_exact_mut(row_len) {
+                exp_shifted(row, max_of(row));
+            }
+            normalize_side_by_side(&mut scalar, row_len);
             for (r, row) in x.chunks(row_len).enumerate() {
                 let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let e: Vec<f32> = row.iter().map(|&v| exp_nonpositive(v - max)).collect();
@@ -92,8 +104,10 @@ mod tests {
                     sum += v;
                 }
                 let want: Vec<u32> = e.iter().map(|v| (v * (1.0 / sum)).to_bits()).collect();
-                let got: Vec<u32> = ours[r * row_len..(r + 1) * row_len].iter().map(|v| v.to_bits()).collect();
-                assert_eq!(got, want, "{rows} rows of {row_len}, row {r}");
+                let bits =
+                    |v: &[f32]| v[r * row_len..(r + 1) * row_len].iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&ours), want, "{rows} rows of {row_len}, row {r}");
+                assert_eq!(bits(&scalar), want, "{rows} rows of {row_len}, row {r}, scalar chains");
             }
         }
     }

@@ -80,7 +80,7 @@ mod imp {
     /// transpose of 128-bit lanes over `u[i], u[4 + i], u[8 + i], u[12 + i]` finishes it.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    pub(crate) fn transpose(m: &mut [__m512; 16]) {
+    fn transpose(m: &mut [__m512; 16]) {
         let mut t = [_mm512_setzero_ps(); 16];
         for i in 0..8 {
             t[2 * i] = _mm512_unpacklo_ps(m[2 * i], m[2 * i + 1]);
