@@ -15,7 +15,7 @@ use std::ops::Range;
 use crate::attention::{AttentionShape, RowTask};
 use crate::attention_f16_simd as simd;
 use crate::attention_kernel::KvKernel;
-use crate::attention_runs::{key_runs, score_then_sum, Geometry, KeyRun, RowPass};
+use crate::attention_runs::{key_runs, score_then_sum, Geometry, KeyRun, RowKernel, RowPass};
 use crate::kv_f16::F16Slots;
 use crate::metrics::AttnMetrics;
 
@@ -43,34 +43,54 @@ pub(crate) fn attend_rows(
             group: head_dim,
             num_keys: keys.len(),
         };
-        let q = &q_row[heads.start * head_dim..heads.end * head_dim];
-        let score_heads = heads.clone();
         RowPass {
             runs,
             first_key: keys.start,
             num_rows: heads.len(),
             num_keys: keys.len(),
             metrics: (want_metrics && heads.len() == num_heads).then_some((num_heads, span.attn_pad_to)),
-            score: move |run: &KeyRun<'_, F16Slots>, scores: &mut [f32]| {
-                if vectorized {
-                    // SAFETY: `supported()` checked; the run's slots and the heads are inside
-                    // their buffers and `head_dim` is a multiple of 32 (`score_run`'s contract).
-                    unsafe { simd::score_run(kernel, &geometry, q, score_heads.clone(), scale, run, scores) };
-                } else {
-                    score_run(&geometry, q, score_heads.clone(), scale, run, scores);
-                }
-            },
-            sum_values: move |run: &KeyRun<'_, F16Slots>, probs: &[f32]| {
-                if vectorized {
-                    // SAFETY: as above (`value_run`'s contract).
-                    unsafe { simd::value_run(kernel, &geometry, probs, heads.clone(), run, out_heads) };
-                } else {
-                    value_run(&geometry, probs, heads.clone(), run, out_heads);
-                }
+            kernel: F16Row {
+                kernel: vectorized.then_some(kernel),
+                geometry,
+                q: &q_row[heads.start * head_dim..heads.end * head_dim],
+                heads,
+                scale,
+                out_heads,
             },
         }
     });
     score_then_sum(rows.collect())
+}
+
+/// One row's heads over the f16 cache; `kernel` is `None` where the scalar kernel runs.
+struct F16Row<'a> {
+    kernel: Option<KvKernel>,
+    geometry: Geometry,
+    q: &'a [f32],
+    heads: Range<usize>,
+    scale: f32,
+    out_heads: &'a mut [f32],
+}
+
+impl RowKernel<F16Slots> for F16Row<'_> {
+    fn score(&mut self, run: &KeyRun<'_, F16Slots>, scores: &mut [f32]) {
+        let (g, heads) = (&self.geometry, self.heads.clone());
+        match self.kernel {
+            // SAFETY: `supported()` checked; the run's slots and the heads are inside their
+            // buffers and `head_dim` is a multiple of 32 (`score_run`'s contract).
+            Some(kernel) => unsafe { simd::score_run(kernel, g, self.q, heads, self.scale, run, scores) },
+            None => score_run(g, self.q, heads, self.scale, run, scores),
+        }
+    }
+
+    fn sum_values(&mut self, run: &KeyRun<'_, F16Slots>, probs: &[f32], _tile_done: bool) {
+        let (g, heads) = (&self.geometry, self.heads.clone());
+        match self.kernel {
+            // SAFETY: as above (`value_run`'s contract).
+            Some(kernel) => unsafe { simd::value_run(kernel, g, probs, heads, run, self.out_heads) },
+            None => value_run(g, probs, heads, run, self.out_heads),
+        }
+    }
 }
 
 /// The scores of a run's keys for `heads`, one key at a time.

@@ -1,14 +1,14 @@
 //! Attention over the 8-bit cache (`kv_q8`), read in place: the query is quantized per head
 //! in the cache's 32-value groups (as the projections quantize activations), a key's score is
 //! the integer dot product of each group times the two groups' scales, the softmax runs in f32,
-//! and the value sum multiplies int8 values by `probability * scale` as it goes. Nothing is
+//! and the value sum multiplies int8 values by int16 weights (`attention_q8_values`). Nothing is
 //! converted back to a wider copy of the cache, so a decode step reads about half the bytes of
 //! the f16 cache.
 //!
 //! The keys' interleaved layout (`Q8Slots`) lets the vector kernels score 16 (or 8) keys of one
 //! query head with one `vpdpbusd` per four values of the head, the key bytes loaded once for
-//! every query head that shares their KV head; the value sum widens a key's value row once for
-//! up to eight such heads.
+//! every query head that shares their KV head; the value sum widens two keys' value rows once
+//! for up to eight such heads.
 //!
 //! Keys are stored less their layer's key offset (`kv_q8`), so each score starts from the f32
 //! query's product with it: `base = q . key_offset` (0 without one).
@@ -16,13 +16,16 @@
 //! Every kernel performs the same operations, so the result does not depend on the CPU: a
 //! key's group `c` gives its exact i32 dot product with the query's group; the score is
 //! `acc = base; acc = fma(f32(dot_c), q_scale_c * k_scale_c, acc)` over the groups in order,
-//! times the attention scale. The value sum is, per output value, one fma per key in key order of
-//! `probability * value scale` with the int8 value.
+//! times the attention scale. The value sum is integers until each tile's end
+//! (`attention_q8_values`).
+
+use std::ops::Range;
 
 use crate::attention::{AttentionShape, RowTask};
 use crate::attention_kernel::KvKernel;
 use crate::attention_q8_simd as simd;
-use crate::attention_runs::{key_runs, score_then_sum, Geometry, KeyRun, RowPass};
+use crate::attention_q8_values::{value_run, Layout, ValueSum};
+use crate::attention_runs::{key_runs, score_then_sum, Geometry, KeyRun, RowKernel, RowPass};
 use crate::kv_q8::{quantize_groups, Q8Slots, Q8_GROUP};
 use crate::metrics::AttnMetrics;
 
@@ -77,40 +80,76 @@ pub(crate) fn attend_rows(
             Geometry { h0: heads.start, heads_per_kv: num_heads / num_kv_heads, head_dim, group, num_keys: keys.len() };
         let query =
             Query::new(&q_row[heads.start * head_dim..heads.end * head_dim], &geometry, step.key_offset.as_deref());
-        let score_heads = heads.clone();
         RowPass {
             runs,
             first_key: keys.start,
             num_rows: heads.len(),
             num_keys: keys.len(),
             metrics: (want_metrics && heads.len() == num_heads).then_some((num_heads, span.attn_pad_to)),
-            score: move |run: &KeyRun<'_, Q8Slots>, scores: &mut [f32]| {
-                if vectorized {
-                    // SAFETY: `supported()` checked; the run's slots and the heads are inside
-                    // their buffers and groups are 32 values (`score_run`'s contract).
-                    unsafe { simd::score_run(kernel, &geometry, &query, score_heads.clone(), scale, run, scores) };
-                } else {
-                    score_run(&geometry, &query, score_heads.clone(), scale, run, scores);
-                }
-            },
-            sum_values: move |run: &KeyRun<'_, Q8Slots>, probs: &[f32]| {
-                if vectorized {
-                    // SAFETY: as above (`value_run`'s contract).
-                    unsafe { simd::value_run(kernel, &geometry, probs, heads.clone(), run, out_heads) };
-                } else {
-                    value_run(&geometry, probs, heads.clone(), run, out_heads);
-                }
+            kernel: Q8Row {
+                kernel: vectorized.then_some(kernel),
+                values: ValueSum::new(&geometry, &heads),
+                geometry,
+                query,
+                heads,
+                scale,
+                out_heads,
             },
         }
     });
     score_then_sum(rows.collect())
 }
 
+/// One row's heads over the 8-bit cache; `kernel` is `None` where the scalar kernel runs.
+struct Q8Row<'a> {
+    kernel: Option<KvKernel>,
+    geometry: Geometry,
+    query: Query,
+    heads: Range<usize>,
+    scale: f32,
+    values: ValueSum,
+    out_heads: &'a mut [f32],
+}
+
+impl RowKernel<Q8Slots> for Q8Row<'_> {
+    fn score(&mut self, run: &KeyRun<'_, Q8Slots>, scores: &mut [f32]) {
+        let (g, heads) = (&self.geometry, self.heads.clone());
+        match self.kernel {
+            // SAFETY: `supported()` checked; the run's slots and the heads are inside their
+            // buffers and groups are 32 values (`score_run`'s contract).
+            Some(kernel) => unsafe { simd::score_run(kernel, g, &self.query, heads, self.scale, run, scores) },
+            None => score_run(g, &self.query, heads, self.scale, run, scores),
+        }
+        self.values.note_scales(run);
+    }
+
+    fn sum_values(&mut self, run: &KeyRun<'_, Q8Slots>, probs: &[f32], tile_done: bool) {
+        let (g, heads) = (&self.geometry, self.heads.clone());
+        self.values.prepare(g, &heads, probs);
+        match self.kernel {
+            Some(kernel) => {
+                // SAFETY: as above (`value_run`'s contract).
+                unsafe { simd::value_run(kernel, g, probs, heads, run, &mut self.values) };
+                if tile_done {
+                    // SAFETY: as above (`flush`'s contract).
+                    unsafe { simd::flush(kernel, g, &mut self.values, self.out_heads) };
+                }
+            }
+            None => {
+                value_run(g, probs, heads, run, &mut self.values);
+                if tile_done {
+                    self.values.flush(g, Layout::InOrder, self.out_heads);
+                }
+            }
+        }
+    }
+}
+
 /// The scores of a run's keys for `heads`, one key at a time.
 fn score_run(
     g: &Geometry,
     query: &Query,
-    heads: std::ops::Range<usize>,
+    heads: Range<usize>,
     scale: f32,
     run: &KeyRun<'_, Q8Slots>,
     scores: &mut [f32],
@@ -131,31 +170,6 @@ fn score_run(
                 acc = (dot as f32).mul_add(query.scales[(h - g.h0) * groups + c] * k_scale, acc);
             }
             scores[(h - g.h0) * g.num_keys + run.key + i] = acc * scale;
-        }
-    }
-}
-
-/// Adds a run's keys to `out_heads`: `out[d] = fma(p * v_scale, v[d], out[d])` key by key.
-fn value_run(
-    g: &Geometry,
-    probs: &[f32],
-    heads: std::ops::Range<usize>,
-    run: &KeyRun<'_, Q8Slots>,
-    out_heads: &mut [f32],
-) {
-    let src = run.src;
-    let groups = g.head_dim / g.group;
-    for i in 0..run.len {
-        let slot = run.slot + i;
-        for h in heads.clone() {
-            let kv_head = h / g.heads_per_kv;
-            let p = probs[(h - g.h0) * g.num_keys + run.key + i];
-            let out = &mut out_heads[(h - g.h0) * g.head_dim..(h - g.h0 + 1) * g.head_dim];
-            let v = &src.v[src.v_at(slot, kv_head, 0)..][..g.head_dim];
-            for (d, (o, &x)) in out.iter_mut().zip(v).enumerate() {
-                let v_scale = src.v_scales[src.scale_at(slot, kv_head * groups + d / g.group)].to_f32();
-                *o = (p * v_scale).mul_add(x as f32, *o);
-            }
         }
     }
 }

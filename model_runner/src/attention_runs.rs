@@ -99,8 +99,8 @@ pub(crate) fn lane0<S>(row: *const f32, run: &KeyRun<'_, S>, base: usize) -> *co
 }
 
 /// One query row of a task (`RowTask`) for `score_then_sum`: where its keys lie, and the
-/// kernel calls that score a run of them and add a run's values.
-pub(crate) struct RowPass<'a, S, Score, Sum> {
+/// kernel that scores a run of them and adds a run's values.
+pub(crate) struct RowPass<'a, S, K> {
     pub runs: Vec<KeyRun<'a, S>>,
     /// The position of the row's first attended key (0 without a window): a run's tile is that
     /// of its position, so every row of a tile reads the same tile of keys.
@@ -110,10 +110,17 @@ pub(crate) struct RowPass<'a, S, Score, Sum> {
     pub num_keys: usize,
     /// The head count and padding of the attention metrics, when the row takes them.
     pub metrics: Option<(usize, Option<usize>)>,
+    pub kernel: K,
+}
+
+/// A cache's kernel for one query row, called by `score_then_sum` run by run: every run's
+/// scores, then, after the softmax, every run's values, both in key order.
+pub(crate) trait RowKernel<S> {
     /// Scores a run's keys into the row's scores (`scores[(h - h0) * num_keys + j]`).
-    pub score: Score,
-    /// Adds a run's values, weighted by the row's probabilities.
-    pub sum_values: Sum,
+    fn score(&mut self, run: &KeyRun<'_, S>, scores: &mut [f32]);
+    /// Adds a run's values, weighted by the row's probabilities; `tile_done` when the run is
+    /// the last of its tile (or of the row).
+    fn sum_values(&mut self, run: &KeyRun<'_, S>, probs: &[f32], tile_done: bool);
 }
 
 /// The order every interleaved-cache kernel follows for a task's rows: score each row's runs,
@@ -130,14 +137,8 @@ pub(crate) struct RowPass<'a, S, Score, Sum> {
 /// follow: the first row's passes ask for the memory of the run `PREFETCH_RUNS` ahead while
 /// they work on this one (its start: see `PREFETCH_SLOTS`), and its score pass's last runs ask
 /// for the first runs' values.
-pub(crate) fn score_then_sum<S: PagedRows, Score, Sum>(
-    rows: Vec<RowPass<'_, S, Score, Sum>>,
-) -> Vec<Option<AttnMetrics>>
-where
-    Score: Fn(&KeyRun<'_, S>, &mut [f32]),
-    Sum: FnMut(&KeyRun<'_, S>, &[f32]),
-{
-    let tile_of = |row: &RowPass<'_, S, Score, Sum>, run: &KeyRun<'_, S>| (row.first_key + run.key) / TILE_KEYS;
+pub(crate) fn score_then_sum<S: PagedRows, K: RowKernel<S>>(rows: Vec<RowPass<'_, S, K>>) -> Vec<Option<AttnMetrics>> {
+    let tile_of = |row: &RowPass<'_, S, K>, run: &KeyRun<'_, S>| (row.first_key + run.key) / TILE_KEYS;
     let mut rows: Vec<_> = rows.into_iter().map(|mut row| (std::mem::take(&mut row.runs), row)).collect();
     let num_tiles =
         rows.iter().filter_map(|(runs, row)| runs.last().map(|run| tile_of(row, run) + 1)).max().unwrap_or(0);
@@ -145,7 +146,7 @@ where
     let ahead = |i: usize| i + PREFETCH_RUNS;
     let mut next = vec![0usize; rows.len()];
     for tile in 0..num_tiles {
-        for (r, ((runs, row), scores)) in rows.iter().zip(&mut scores).enumerate() {
+        for (r, ((runs, row), scores)) in rows.iter_mut().zip(&mut scores).enumerate() {
             while let Some(run) = runs.get(next[r]).filter(|run| tile_of(row, run) == tile) {
                 if r == 0 {
                     match runs.get(ahead(next[r])) {
@@ -157,7 +158,7 @@ where
                         }
                     }
                 }
-                (row.score)(run, scores);
+                row.kernel.score(run, scores);
                 next[r] += 1;
             }
         }
@@ -180,7 +181,8 @@ where
                 if let Some(far) = runs.get(ahead(next[r])).filter(|_| r == 0) {
                     far.src.prefetch_values(far.slot, far.len.min(PREFETCH_SLOTS));
                 }
-                (row.sum_values)(run, scores);
+                let tile_done = runs.get(next[r] + 1).is_none_or(|after| tile_of(row, after) != tile);
+                row.kernel.sum_values(run, scores, tile_done);
                 next[r] += 1;
             }
         }
@@ -190,7 +192,7 @@ where
 
 /// Keys a tile of `score_then_sum` holds: 512 keys of two to three KV heads' 64 values are
 /// 128-192 KiB of f16 keys, which stay in a core's L2 while the task's rows read them.
-const TILE_KEYS: usize = 512;
+pub(crate) const TILE_KEYS: usize = 512;
 
 /// Runs a pass asks the memory for ahead of the one it works on.
 const PREFETCH_RUNS: usize = 2;

@@ -210,6 +210,8 @@ impl PagedRows for Q8Slots {
         prefetch(&self.k, chunks.start * SLOT_CHUNK * self.row_len..chunks.end * SLOT_CHUNK * self.row_len);
         let groups = self.row_len / self.group;
         prefetch(&self.k_scales, chunks.start * SLOT_CHUNK * groups..chunks.end * SLOT_CHUNK * groups);
+        // The score pass notes the largest value scales (`attention_q8_values`).
+        prefetch(&self.v_scales, chunks.start * SLOT_CHUNK * groups..chunks.end * SLOT_CHUNK * groups);
     }
 
     fn prefetch_values(&self, slot: usize, len: usize) {

@@ -13,6 +13,7 @@ mod attention_f16_simd;
 pub mod attention_kernel;
 pub mod attention_q8;
 mod attention_q8_simd;
+mod attention_q8_values;
 mod attention_runs;
 mod attention_simd;
 pub mod batch;
