@@ -130,8 +130,8 @@ pub(crate) trait RowKernel<S> {
 /// pass goes through the keys a tile of `TILE_KEYS` at a time, every row over the tile before
 /// the next tile, so the tile's keys and values come from memory once for all the rows and
 /// from the core's caches for the rest; a row's operations and their order are those of the
-/// row alone (a key's score is its own; the value sum is still one fma per key in key order,
-/// carried in the output between runs), so the bits do not depend on the rows beside it.
+/// row alone (a key's score is its own; the value sum goes in key order, carried between runs
+/// by the row's kernel), so the bits do not depend on the rows beside it.
 ///
 /// Runs of a shuffled block table are scattered pages, which the hardware prefetchers do not
 /// follow: the first row's passes ask for the memory of the run `PREFETCH_RUNS` ahead while
@@ -191,7 +191,8 @@ pub(crate) fn score_then_sum<S: PagedRows, K: RowKernel<S>>(rows: Vec<RowPass<'_
 }
 
 /// Keys a tile of `score_then_sum` holds: 512 keys of two to three KV heads' 64 values are
-/// 128-192 KiB of f16 keys, which stay in a core's L2 while the task's rows read them.
+/// 128-192 KiB of f16 keys, which stay in a core's L2 while the task's rows read them. The q8
+/// value sum's int32 sums hold at most a tile (`attention_q8_values`).
 pub(crate) const TILE_KEYS: usize = 512;
 
 /// Runs a pass asks the memory for ahead of the one it works on.
