@@ -75,8 +75,8 @@ impl ValueSum {
         Self {
             first_group: kv_heads.start * groups,
             scale_max: vec![[0; SLOT_CHUNK]; kv_heads.len() * groups],
-            gains: Vec::new(),
-            steps: Vec::new(),
+            gains: Vec::with_capacity(heads.len() * groups),
+            steps: Vec::with_capacity(heads.len() * groups),
             sums: vec![0; heads.len() * g.head_dim],
         }
     }
